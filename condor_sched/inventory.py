@@ -1,0 +1,205 @@
+"""The node inventory: one YAML format read by the local pool, the planners and the simulator.
+
+Schema (units in the key names)::
+
+    nodes:
+      - name: node1              # [a-z][a-z0-9-]*, unique
+        cores: 8                 # host cores, >= 1
+        memory_mb: 8192          # host memory
+        sockets:                 # >= 1; one LLC (cache id = list index) per socket
+          - llc_ways: 20         # last-level cache ways of this socket
+            mem_bw_gbs: 59.0     # peak memory bandwidth of this socket, GB/s
+        devices:                 # 0 or more coprocessors
+          - name: mic0           # [a-z][a-z0-9]*, unique within the node
+            memory_mb: 8192      # device memory
+            hardware_threads: 240
+            host_cores: 1        # optional, default 1: host cores set aside for the
+                                 # jobs that offload to this device
+            host_memory_mb: 1024 # optional, default 1024
+
+Slot layout (fixed once for every later issue): each device is one partitionable slot
+holding that device's memory and threads and its share of host cores and memory; each
+socket is one partitionable slot holding the socket's LLC ways, memory bandwidth and the
+remaining host cores and memory, split evenly over sockets. So a device is accountable as
+one unit (pin a job to its slot) and so is each cache id (pin a process to a socket slot).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from condor_sched.model import Resources, Slot, SlotKind
+
+NODE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+DEVICE_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
+
+
+class InventoryError(ValueError):
+    """A node inventory that cannot be used; the message names the file and the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Socket:
+    cache_id: int
+    llc_ways: int
+    mem_bw_gbs: float
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    name: str
+    memory_mb: int
+    hardware_threads: int
+    host_cores: int = 1
+    host_memory_mb: int = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    cores: int
+    memory_mb: int
+    sockets: tuple[Socket, ...]
+    devices: tuple[Device, ...] = ()
+
+    def socket_shares(self) -> list[tuple[int, int]]:
+        """(cores, memory_mb) of each socket slot: what the devices leave, split evenly."""
+        cores = self.cores - sum(d.host_cores for d in self.devices)
+        memory = self.memory_mb - sum(d.host_memory_mb for d in self.devices)
+        n = len(self.sockets)
+        return [(cores // n + (1 if i < cores % n else 0), memory // n) for i in range(n)]
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    nodes: tuple[Node, ...]
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+
+def _number(where: str, raw: dict[str, Any], key: str, kind: type, minimum: float, default: Any = None) -> Any:
+    if key not in raw:
+        if default is None:
+            raise InventoryError(f"{where}: missing '{key}'")
+        return default
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+        raise InventoryError(f"{where}: '{key}' must be {'an integer' if kind is int else 'a number'}, got {value!r}")
+    if value < minimum:
+        raise InventoryError(f"{where}: '{key}' must be >= {minimum}, got {value!r}")
+    return kind(value)
+
+
+def _parse_node(where: str, raw: Any) -> Node:
+    if not isinstance(raw, dict):
+        raise InventoryError(f"{where}: a node must be a mapping")
+    name = raw.get("name")
+    if not isinstance(name, str) or not NODE_NAME.match(name):
+        raise InventoryError(f"{where}: 'name' must match {NODE_NAME.pattern}, got {name!r}")
+    where = f"{where} ({name})"
+    sockets_raw = raw.get("sockets")
+    if not isinstance(sockets_raw, list) or not sockets_raw:
+        raise InventoryError(f"{where}: 'sockets' must be a non-empty list")
+    sockets = tuple(
+        Socket(
+            cache_id=i,
+            llc_ways=_number(f"{where} socket {i}", s, "llc_ways", int, 1),
+            mem_bw_gbs=_number(f"{where} socket {i}", s, "mem_bw_gbs", float, 0),
+        )
+        for i, s in enumerate(sockets_raw)
+        if isinstance(s, dict) or _raise(f"{where} socket {i}: must be a mapping")
+    )
+    devices_raw = raw.get("devices", []) or []
+    if not isinstance(devices_raw, list):
+        raise InventoryError(f"{where}: 'devices' must be a list")
+    devices = []
+    for i, d in enumerate(devices_raw):
+        dw = f"{where} device {i}"
+        if not isinstance(d, dict):
+            raise InventoryError(f"{dw}: must be a mapping")
+        dname = d.get("name")
+        if not isinstance(dname, str) or not DEVICE_NAME.match(dname):
+            raise InventoryError(f"{dw}: 'name' must match {DEVICE_NAME.pattern}, got {dname!r}")
+        devices.append(
+            Device(
+                name=dname,
+                memory_mb=_number(dw, d, "memory_mb", int, 1),
+                hardware_threads=_number(dw, d, "hardware_threads", int, 1),
+                host_cores=_number(dw, d, "host_cores", int, 1, default=1),
+                host_memory_mb=_number(dw, d, "host_memory_mb", int, 1, default=1024),
+            )
+        )
+    if len({d.name for d in devices}) != len(devices):
+        raise InventoryError(f"{where}: device names repeat")
+    node = Node(
+        name=name,
+        cores=_number(where, raw, "cores", int, 1),
+        memory_mb=_number(where, raw, "memory_mb", int, 1),
+        sockets=sockets,
+        devices=tuple(devices),
+    )
+    for i, (cores, memory) in enumerate(node.socket_shares()):
+        if cores < 1 or memory < 1:
+            raise InventoryError(f"{where}: devices' host_cores/host_memory_mb leave socket {i} no cores or memory")
+    return node
+
+
+def _raise(message: str) -> bool:
+    raise InventoryError(message)
+
+
+def parse_inventory(data: Any, source: str = "<inventory>") -> Inventory:
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list) or not data["nodes"]:
+        raise InventoryError(f"{source}: top level must be a mapping with a non-empty 'nodes' list")
+    nodes = tuple(_parse_node(f"{source}: nodes[{i}]", n) for i, n in enumerate(data["nodes"]))
+    if len({n.name for n in nodes}) != len(nodes):
+        raise InventoryError(f"{source}: node names repeat")
+    return Inventory(nodes)
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise InventoryError(f"{path}: cannot read: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise InventoryError(f"{path}: not valid YAML: {e}") from None
+    return parse_inventory(data, str(path))
+
+
+def default_inventory_path() -> Path:
+    """examples/pools/default.yaml in a checkout, else the copy bundled in the package."""
+    checkout = Path(__file__).resolve().parent.parent / "examples" / "pools" / "default.yaml"
+    return checkout if checkout.exists() else Path(__file__).resolve().parent / "data" / "default.yaml"
+
+
+def slot_name(slot_id: int, node: str, domain: str) -> str:
+    """The partitionable slot Name HTCondor gives slot ``slot_id`` of local-name startd ``node``."""
+    return f"slot{slot_id}@{node}@{node}.{domain}"
+
+
+def node_slots(node: Node, domain: str) -> list[Slot]:
+    """The partitionable slots of an idle node, in slot-id order: sockets, then devices.
+
+    This is the layout the local pool configures; the simulator uses it directly.
+    """
+    slots: list[Slot] = []
+    for socket, (cores, memory) in zip(node.sockets, node.socket_shares()):
+        res = Resources(cpus=cores, memory_mb=memory, llc_ways=socket.llc_ways, mem_bw_gbs=socket.mem_bw_gbs)
+        slots.append(Slot(slot_name(len(slots) + 1, node.name, domain), f"{node.name}.{domain}",
+                          SlotKind.SOCKET, res, res, cache_id=socket.cache_id))
+    for device in node.devices:
+        res = Resources(cpus=device.host_cores, memory_mb=device.host_memory_mb,
+                        device_memory_mb=device.memory_mb, device_threads=device.hardware_threads)
+        slots.append(Slot(slot_name(len(slots) + 1, node.name, domain), f"{node.name}.{domain}",
+                          SlotKind.DEVICE, res, res, device_name=device.name))
+    return slots

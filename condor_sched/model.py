@@ -1,0 +1,188 @@
+"""The records every part of condor_sched shares: jobs, slots, plans.
+
+The sidecar builds them from live ClassAds, the offline planner from snapshot files, the
+simulator from workloads; the policies see only these records. All are immutable.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping
+
+#: Prefix of every job attribute the sidecar owns (and the only ones it writes besides
+#: Requirements).
+PIN_PREFIX = "CoSchedPin"
+#: Job attribute naming the partitionable slot a job is pinned to (undefined: unpinned).
+PIN_SLOT_ATTR = "CoSchedPinSlot"
+#: Job attribute holding the negotiation cycle number at which the pin was written.
+PIN_CYCLE_ATTR = "CoSchedPinCycle"
+#: Job attribute holding the user's Requirements as submitted, before the pin clause.
+PIN_ORIGINAL_ATTR = "CoSchedPinOriginalRequirements"
+#: The clause that makes a co-scheduled job match only the slot its pin names.
+PIN_CLAUSE = f"(TARGET.Name =?= MY.{PIN_SLOT_ATTR})"
+
+
+class JobStatus(enum.IntEnum):
+    """HTCondor's JobStatus codes."""
+
+    IDLE = 1
+    RUNNING = 2
+    REMOVED = 3
+    COMPLETED = 4
+    HELD = 5
+    TRANSFERRING_OUTPUT = 6
+    SUSPENDED = 7
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """An amount of every resource condor_sched accounts, with units in the names.
+
+    Device resources are those of one coprocessor (paper 002); LLC ways and memory
+    bandwidth are those of one socket's last-level cache (paper 000).
+    """
+
+    cpus: int = 0
+    memory_mb: int = 0
+    device_memory_mb: int = 0
+    device_threads: int = 0
+    llc_ways: int = 0
+    mem_bw_gbs: float = 0.0
+
+    def fits_in(self, capacity: Resources) -> bool:
+        """True when every amount here is at most the same amount in ``capacity``."""
+        return all(getattr(self, f.name) <= getattr(capacity, f.name) for f in fields(self))
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class JobKey:
+    """A job's identity: ids repeat across schedds, so the schedd is part of it."""
+
+    schedd: str
+    cluster: int
+    proc: int
+
+    @property
+    def job_id(self) -> str:
+        return f"{self.cluster}.{self.proc}"
+
+    def __str__(self) -> str:
+        return f"{self.schedd}#{self.job_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A queued or running job, as the planners see it."""
+
+    key: JobKey
+    owner: str
+    status: JobStatus
+    request: Resources
+    submitted_at_s: int = 0
+    pinned_slot: str | None = None
+    pinned_cycle: int | None = None
+    has_pin_clause: bool = False
+    program: str = ""
+    slowdown_threshold: float = 0.9
+    remote_slot: str | None = None
+    attributes: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def uses_device(self) -> bool:
+        """A job is co-scheduled on devices when it requests device memory (issue 3)."""
+        return self.request.device_memory_mb > 0
+
+    @property
+    def is_idle(self) -> bool:
+        return self.status is JobStatus.IDLE
+
+
+class SlotKind(str, enum.Enum):
+    DEVICE = "device"
+    SOCKET = "socket"
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One partitionable slot: either one coprocessor or one socket of a node.
+
+    ``total`` is what the slot was configured with, ``free`` what is left after the
+    dynamic slots of running jobs (HTCondor's own accounting).
+    """
+
+    name: str
+    machine: str
+    kind: SlotKind
+    total: Resources
+    free: Resources
+    device_name: str | None = None
+    cache_id: int | None = None
+
+    def with_free(self, free: Resources) -> Slot:
+        return replace(self, free=free)
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A job or slot left out of planning, and why (bad input never crashes a cycle)."""
+
+    what: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.what}: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """One planned placement; ``details`` carries policy extras (e.g. SNS scale factor)."""
+
+    job: JobKey
+    slot: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaced:
+    job: JobKey
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    policy: str
+    assignments: tuple[Assignment, ...]
+    unplaced: tuple[Unplaced, ...] = ()
+    stats: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The documented ``plan --json`` object."""
+        return {
+            "policy": self.policy,
+            "assignments": [
+                {"job": a.job.job_id, "schedd": a.job.schedd, "slot": a.slot, **dict(a.details)}
+                for a in self.assignments
+            ],
+            "unplaced": [
+                {"job": u.job.job_id, "schedd": u.job.schedd, "reason": u.reason} for u in self.unplaced
+            ],
+            "stats": dict(self.stats),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    """Everything a planner reads: jobs, partitionable slots, and what was skipped."""
+
+    jobs: tuple[Job, ...]
+    slots: tuple[Slot, ...]
+    skipped: tuple[Skipped, ...] = ()
+
+    def idle_jobs(self) -> tuple[Job, ...]:
+        return tuple(j for j in self.jobs if j.is_idle)
