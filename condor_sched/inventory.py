@@ -13,7 +13,7 @@ Schema (units in the key names)::
           - name: mic0           # [a-z][a-z0-9]*, unique within the node
             memory_mb: 8192      # device memory
             hardware_threads: 240
-            host_cores: 1        # optional, default 1: host cores set aside for the
+            host_cores: 4        # optional, default 4: host cores set aside for the
                                  # jobs that offload to this device
             host_memory_mb: 1024 # optional, default 1024
 
@@ -54,7 +54,7 @@ class Device:
     name: str
     memory_mb: int
     hardware_threads: int
-    host_cores: int = 1
+    host_cores: int = 4
     host_memory_mb: int = 1024
 
 
@@ -133,7 +133,7 @@ def _parse_node(where: str, raw: Any) -> Node:
                 name=dname,
                 memory_mb=_number(dw, d, "memory_mb", int, 1),
                 hardware_threads=_number(dw, d, "hardware_threads", int, 1),
-                host_cores=_number(dw, d, "host_cores", int, 1, default=1),
+                host_cores=_number(dw, d, "host_cores", int, 1, default=4),
                 host_memory_mb=_number(dw, d, "host_memory_mb", int, 1, default=1024),
             )
         )
@@ -203,3 +203,21 @@ def node_slots(node: Node, domain: str) -> list[Slot]:
         slots.append(Slot(slot_name(len(slots) + 1, node.name, domain), f"{node.name}.{domain}",
                           SlotKind.DEVICE, res, res, device_name=device.name))
     return slots
+
+
+def node_config(node: Node, domain: str) -> dict[str, Any]:
+    """The per-node JSON file the execute node's hooks and agent read (stdlib only there).
+
+    Written by ``condor-sched pool up`` to ``/etc/condor_sched/nodes/<node>.json`` in the
+    pool root; slot ids follow :func:`node_slots`.
+    """
+    slots: list[dict[str, Any]] = []
+    for socket, (cores, memory) in zip(node.sockets, node.socket_shares()):
+        slots.append({"slot_id": len(slots) + 1, "kind": "socket", "cache_id": socket.cache_id,
+                      "cores": cores, "memory_mb": memory,
+                      "llc_ways": socket.llc_ways, "mem_bw_gbs": socket.mem_bw_gbs})
+    for device in node.devices:
+        slots.append({"slot_id": len(slots) + 1, "kind": "device", "device": device.name,
+                      "cores": device.host_cores, "memory_mb": device.host_memory_mb,
+                      "device_memory_mb": device.memory_mb, "hardware_threads": device.hardware_threads})
+    return {"node": node.name, "domain": domain, "cores": node.cores, "memory_mb": node.memory_mb, "slots": slots}
