@@ -1,0 +1,173 @@
+"""The ``condor-sched`` command line: click commands, nothing else."""
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from condor_sched import report
+from condor_sched.classads import SnapshotError
+from condor_sched.policies.base import PolicyError, get_policy, policy_names
+from condor_sched.settings import SettingsError
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+DEFAULT_SNAPSHOT = EXAMPLES / "snapshots" / "default"
+
+
+class UsageFailure(click.ClickException):
+    exit_code = 2
+
+
+def _load_snapshot(queue: Path, machines: Path):
+    from condor_sched.snapshot import load_snapshot
+
+    try:
+        return load_snapshot(queue, machines)
+    except SnapshotError as e:
+        raise UsageFailure(str(e)) from None
+
+
+@click.group()
+@click.option("-v", "--verbose", is_flag=True, help="Log debug detail.")
+def main(verbose: bool) -> None:
+    """condor-sched: co-schedule HTCondor jobs on shared devices and nodes."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+snapshot_options = [
+    click.option("--queue", "queue", type=click.Path(path_type=Path), default=DEFAULT_SNAPSHOT / "queue.json",
+                 show_default=True, help="condor_q -json (or -long) file."),
+    click.option("--machines", "machines", type=click.Path(path_type=Path),
+                 default=DEFAULT_SNAPSHOT / "machines.json", show_default=True,
+                 help="condor_status -json (or -long) file."),
+]
+
+
+def with_snapshot(f):
+    for option in reversed(snapshot_options):
+        f = option(f)
+    return f
+
+
+@main.command()
+@with_snapshot
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def show(queue: Path, machines: Path, as_json: bool) -> None:
+    """Show idle jobs and the devices' free resources of a snapshot.
+
+    Example: condor-sched show --queue queue.json --machines machines.json
+    """
+    state = _load_snapshot(queue, machines)
+    if as_json:
+        click.echo(json.dumps(report.state_json(state), indent=2, sort_keys=True))
+    else:
+        click.echo(report.state_text(state))
+
+
+@main.command()
+@with_snapshot
+@click.option("--policy", default="knapsack", show_default=True,
+              type=click.Choice(policy_names()), help="Planning policy.")
+@click.option("--granularity-mb", type=click.IntRange(min=1), default=50, show_default=True,
+              help="Device memory granularity of the knapsack.")
+@click.option("--solver", type=click.Choice(["dp", "ortools"]), default="dp", show_default=True,
+              help="Exact per-device knapsack solver.")
+@click.option("--time-limit", type=click.FloatRange(min=0.01), default=2.0, show_default=True,
+              help="CP-SAT time limit (s) of global policies.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random policy.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def plan(queue: Path, machines: Path, policy: str, granularity_mb: int, solver: str, time_limit: float,
+         seed: int, as_json: bool) -> None:
+    """Plan the idle jobs of a queue snapshot offline (nothing is edited).
+
+    Example: condor-sched plan --queue queue.json --machines machines.json --policy global --json
+
+    Exit 0 when it planned (placed or not); 2 on bad input.
+    """
+    from condor_sched.policies.base import PlanSettings
+
+    state = _load_snapshot(queue, machines)
+    settings = PlanSettings(memory_granularity_mb=granularity_mb, knapsack_solver=solver,
+                            solver_time_limit_s=time_limit, seed=seed)
+    idle = [j for j in state.idle_jobs()]
+    result = get_policy(policy).plan(idle, state.slots, settings)
+    if as_json:
+        out = result.to_json()
+        out["skipped"] = [{"what": s.what, "reason": s.reason} for s in state.skipped]
+        click.echo(json.dumps(out, indent=2, sort_keys=True))
+    else:
+        click.echo(report.plan_text(state, result))
+
+
+@main.command()
+@click.argument("outdir", type=click.Path(path_type=Path))
+def snapshot(outdir: Path) -> None:
+    """Write queue.json and machines.json of the live pool (condor_q/condor_status -json format).
+
+    Example: CONDOR_CONFIG=/path/to/condor_config condor-sched snapshot snap/
+    """
+    from condor_sched.pool import PoolUnreachable
+    from condor_sched.snapshot import write_snapshot
+
+    try:
+        queue, machines = write_snapshot(outdir)
+    except PoolUnreachable as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"wrote {queue} and {machines}")
+
+
+@main.command()
+@click.option("--once", is_flag=True, help="Run one cycle and exit.")
+@click.option("--dry-run", is_flag=True, help="Log what a cycle would do; edit nothing.")
+@click.option("--policy", type=click.Choice(policy_names()), default=None,
+              help="Override COSCHED_POLICY.")
+def run(once: bool, dry_run: bool, policy: str | None) -> None:
+    """Run the sidecar: once per negotiation cycle, plan idle co-scheduled jobs and pin them.
+
+    Settings are HTCondor knobs COSCHED_* (config.d/50-cosched-sidecar.conf).
+    Example: condor-sched run --once --dry-run
+    """
+    from dataclasses import replace
+
+    from condor_sched import pool
+    from condor_sched.settings import settings_from_htcondor
+    from condor_sched.sidecar import Sidecar
+
+    try:
+        settings = settings_from_htcondor()
+        if policy:
+            settings = replace(settings, policy=policy)
+        chosen = get_policy(settings.policy)
+    except (SettingsError, PolicyError) as e:
+        raise UsageFailure(str(e)) from None
+    sidecar = Sidecar(settings, chosen, pool.read_state, None if dry_run else pool.JobEditor(),
+                      pool.last_negotiation_cycle_end)
+    if once:
+        try:
+            sidecar.run_cycle()
+        except pool.PoolUnreachable as e:
+            raise click.ClickException(str(e)) from None
+        return
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    signal.signal(signal.SIGQUIT, lambda *_: stopping.append(True))
+    sidecar.run_forever(stop=lambda: bool(stopping))
+
+
+def _add_optional_commands() -> None:
+    try:
+        from condor_sched.simulate.command import simulate
+    except ImportError:  # the simulator is optional at import time
+        return
+    main.add_command(simulate)
+
+
+_add_optional_commands()
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""The one gate to a live HTCondor pool (htcondor2): read ads, write per-job edits.
+
+Everything else in condor_sched works on model records; only this module builds
+Collector and Schedd objects.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+import classad2
+import htcondor2
+
+from condor_sched.classads import jobs_from_ads, slots_from_ads
+from condor_sched.model import (
+    PIN_CLAUSE,
+    PIN_CYCLE_ATTR,
+    PIN_ORIGINAL_ATTR,
+    PIN_SLOT_ATTR,
+    JobKey,
+    PoolState,
+)
+
+#: Job attributes the planners read; live queries project on these.
+JOB_PROJECTION = [
+    "ClusterId", "ProcId", "GlobalJobId", "Owner", "JobStatus", "QDate", "Cmd", "Requirements",
+    "RequestCpus", "RequestMemory", "RequestPhiMemory", "RequestPhiThreads", "RequestLLCWays",
+    "RequestMemBW", "CoSchedProgram", "CoSchedAlpha", "RemoteHost", "MemoryUsage", "ImageSize",
+    PIN_SLOT_ATTR, PIN_CYCLE_ATTR, PIN_ORIGINAL_ATTR,
+]
+#: Jobs any condor_sched policy covers (device jobs; spread jobs carry CoSchedProgram).
+COVERED_JOBS = "(RequestPhiMemory > 0)"
+
+
+class PoolUnreachable(RuntimeError):
+    """The collector or a schedd did not answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveAds:
+    """Raw ads of one read of the pool: job ads per schedd name, startd slot ads."""
+
+    jobs: dict[str, list[classad2.ClassAd]]
+    slots: list[classad2.ClassAd]
+
+
+def _collector() -> htcondor2.Collector:
+    return htcondor2.Collector()
+
+
+def schedd_ads() -> list[classad2.ClassAd]:
+    try:
+        return list(_collector().locateAll(htcondor2.DaemonType.Schedd))
+    except Exception as e:
+        raise PoolUnreachable(f"cannot list schedds from the collector: {e}") from None
+
+
+def schedd(name: str) -> htcondor2.Schedd:
+    for ad in schedd_ads():
+        if ad.get("Name") == name:
+            return htcondor2.Schedd(ad)
+    raise PoolUnreachable(f"schedd {name!r} is not known to the collector")
+
+
+def read_ads(job_constraint: str = "true", projection: list[str] | None = None) -> LiveAds:
+    """Job ads of every schedd the collector knows, and every startd slot ad."""
+    jobs: dict[str, list[classad2.ClassAd]] = {}
+    for ad in schedd_ads():
+        name = ad.get("Name", "?")
+        try:
+            jobs[name] = list(htcondor2.Schedd(ad).query(job_constraint, projection or []))
+        except Exception as e:
+            raise PoolUnreachable(f"schedd {name!r} did not answer: {e}") from None
+    try:
+        slots = list(_collector().query(htcondor2.AdType.Startd))
+    except Exception as e:
+        raise PoolUnreachable(f"cannot query startd ads: {e}") from None
+    return LiveAds(jobs, slots)
+
+
+def ads_to_state(ads: LiveAds) -> PoolState:
+    jobs, skipped = [], []
+    for name, job_ads in ads.jobs.items():
+        j, s = jobs_from_ads(job_ads, name)
+        jobs += j
+        skipped += s
+    slots, slot_skips = slots_from_ads(ads.slots)
+    return PoolState(tuple(jobs), tuple(slots), tuple(skipped + slot_skips))
+
+
+def read_state(job_constraint: str = COVERED_JOBS) -> PoolState:
+    """The co-scheduled jobs (all statuses) and the partitionable slots, as records."""
+    return ads_to_state(read_ads(job_constraint, JOB_PROJECTION))
+
+
+def last_negotiation_cycle_end() -> int | None:
+    """``LastNegotiationCycleEnd0`` of the negotiator ad (needs NEGOTIATOR_UPDATE_AFTER_CYCLE)."""
+    try:
+        ads = _collector().query(htcondor2.AdType.Negotiator, projection=["LastNegotiationCycleEnd0"])
+    except Exception as e:
+        raise PoolUnreachable(f"cannot query the negotiator ad: {e}") from None
+    ends = [ad.get("LastNegotiationCycleEnd0") for ad in ads]
+    ends = [e for e in ends if isinstance(e, int)]
+    return max(ends) if ends else None
+
+
+class JobEditor:
+    """Per-job edits, each atomic on its own (htcondor2 has no multi-job transaction).
+
+    A job's pin state is the single attribute CoSchedPinSlot, which the Requirements
+    clause ``PIN_CLAUSE`` refers to: setting it pins, clearing it unpins. Every method
+    leaves the job either pinned or unpinned, whatever edit a crash interrupts.
+    """
+
+    def __init__(self) -> None:
+        self._schedds: dict[str, htcondor2.Schedd] = {}
+
+    def _schedd(self, name: str) -> htcondor2.Schedd:
+        if name not in self._schedds:
+            self._schedds[name] = schedd(name)
+        return self._schedds[name]
+
+    def _edit(self, job: JobKey, attr: str, expr: str) -> None:
+        edited = self._schedd(job.schedd).edit(job.job_id, attr, expr)
+        if not edited:
+            raise LookupError(f"job {job} is gone")
+
+    def pin(self, job: JobKey, slot: str, cycle: int) -> None:
+        # The cycle first: alone it changes nothing about matching.
+        self._edit(job, PIN_CYCLE_ATTR, str(cycle))
+        self._edit(job, PIN_SLOT_ATTR, classad2.quote(slot))
+
+    def unpin(self, job: JobKey) -> None:
+        self._edit(job, PIN_SLOT_ATTR, "undefined")
+        self._edit(job, PIN_CYCLE_ATTR, "undefined")
+
+    def enroll(self, job: JobKey, requirements: str | None) -> None:
+        """Give a job submitted without the schedd transform the pin clause: save the
+        original Requirements first, then add the clause (unmatchable until pinned)."""
+        original = requirements or "true"
+        self._edit(job, PIN_ORIGINAL_ATTR, original)
+        self._edit(job, "Requirements", f"({original}) && {PIN_CLAUSE}")
+
+    def release(self, job: JobKey, original: str | None) -> None:
+        """Undo enrollment: unpin, then restore the saved Requirements."""
+        self.unpin(job)
+        if original:
+            self._edit(job, "Requirements", original)

@@ -1,0 +1,72 @@
+"""The sidecar's settings: HTCondor knobs ``COSCHED_*`` (defaults in config.d/50-cosched-sidecar.conf)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from condor_sched.policies.base import PlanSettings, policy_names
+
+
+class SettingsError(ValueError):
+    """A COSCHED_* knob with a value that cannot be used; names the knob."""
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarSettings:
+    policy: str = "knapsack"
+    unpin_age_cycles: int = 3
+    cycle_source: str = "negotiator"  # or "interval"
+    interval_s: float = 60.0
+    plan: PlanSettings = PlanSettings()
+
+
+# knob -> (field of SidecarSettings or PlanSettings, parser)
+_KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
+    "COSCHED_POLICY": ("policy", str),
+    "COSCHED_UNPIN_AGE_CYCLES": ("unpin_age_cycles", int),
+    "COSCHED_CYCLE_SOURCE": ("cycle_source", str),
+    "COSCHED_INTERVAL": ("interval_s", float),
+    "COSCHED_SOLVER_TIME_LIMIT": ("plan.solver_time_limit_s", float),
+    "COSCHED_MEMORY_GRANULARITY_MB": ("plan.memory_granularity_mb", int),
+    "COSCHED_KNAPSACK_SOLVER": ("plan.knapsack_solver", str),
+    "COSCHED_THREAD_OVERCOMMIT": ("plan.thread_overcommit", float),
+    "COSCHED_AGE_LIMIT_CYCLES": ("plan.age_limit_cycles", int),
+}
+
+
+def settings_from_knobs(knobs: Mapping[str, str]) -> SidecarSettings:
+    """Parse COSCHED_* knob values (a mapping like ``htcondor2.param``); unset ones keep defaults."""
+    top: dict[str, object] = {}
+    plan: dict[str, object] = {}
+    for knob, (field, parse) in _KNOBS.items():
+        raw = knobs.get(knob)
+        if raw is None or str(raw).strip() == "":
+            continue
+        try:
+            value = parse(str(raw).strip())
+        except ValueError:
+            raise SettingsError(f"{knob} = {raw!r} is not a valid {parse.__name__}") from None
+        if isinstance(value, (int, float)) and value <= 0:
+            raise SettingsError(f"{knob} = {raw!r} must be positive")
+        if field.startswith("plan."):
+            plan[field[5:]] = value
+        else:
+            top[field] = value
+    settings = SidecarSettings(**top, plan=PlanSettings(**plan))  # type: ignore[arg-type]
+    if settings.policy not in policy_names():
+        raise SettingsError(f"COSCHED_POLICY = {settings.policy!r} is unknown; known: {', '.join(policy_names())}")
+    if settings.cycle_source not in ("negotiator", "interval"):
+        raise SettingsError(f"COSCHED_CYCLE_SOURCE = {settings.cycle_source!r}: use negotiator or interval")
+    if settings.plan.knapsack_solver not in ("dp", "ortools"):
+        raise SettingsError(f"COSCHED_KNAPSACK_SOLVER = {settings.plan.knapsack_solver!r}: use dp or ortools")
+    return settings
+
+
+def settings_from_htcondor() -> SidecarSettings:
+    import htcondor2
+
+    return settings_from_knobs({k: htcondor2.param[k] for k in _KNOBS if k in htcondor2.param})
+
+
+def knob_names() -> list[str]:
+    return list(_KNOBS)
