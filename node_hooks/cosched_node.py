@@ -1,0 +1,569 @@
+"""Shared helpers for condor_sched's execute-node programs (standard library only).
+
+These run with the execute node's system ``python3`` (3.9+), outside the condor_sched
+package: the PREPARE_JOB hook (as the job's user), the STARTD_CRON job (as condor) and the
+node agent (as root, under condor_master).  Every job-ad value is hostile: ads are parsed
+without ``eval``, every number is range-checked, every name matched against a regex before
+it becomes part of a file name or an attribute name.
+
+State-dir protocol shared by the hook and the agent (``/var/lib/condor_sched/<node>``,
+or ``state_dir`` in the node config, or ``$COSCHED_STATE_DIR``)::
+
+    DIR/                 root, 0755   created by the agent; refused if not ours or group/other-writable
+    DIR/lock             root, 0644   flock()ed (LOCK_EX) around every read-modify-write of requests/
+    DIR/requests/        root, 1777   world-writable + sticky: one file per running device job
+        <Cluster>.<Proc>.<slotN_M>.json   written by the hook as the job's user: tmp file +
+                          rename under the lock; the sticky bit stops users replacing or deleting
+                          each other's files.  Content: see ``Request``.
+    DIR/devices/<dev>.json  root, 0644   written only by the agent: validated allocations and
+                          measured device-memory use, read by the startd cron.
+    DIR/killed/<Cluster>.<Proc>.json  root, 0644  why the agent stopped a job.
+    DIR/agent.heartbeat  root, 0644   rewritten every agent interval (the cron checks its age).
+    DIR/hooks.log        root, 0622   the hook appends its reasons here (holds show no stderr).
+    DIR/agent.log        root, 0644   the agent's own log.
+
+A request is live while its starter (the hook's parent process) is alive with the start
+time recorded in the request; pid reuse therefore never keeps a dead allocation alive.
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import fcntl
+import json
+import math
+import os
+import re
+import stat
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+# ---------------------------------------------------------------------------------------
+# Exit codes (documented; the PREPARE_JOB hook's code becomes HoldReasonSubCode).
+EXIT_OK = 0
+EXIT_INTERNAL = 1          # unexpected error (logged without traceback)
+EXIT_BAD_CONFIG = 2        # node config missing / invalid, or bad command line
+EXIT_OVERSUBSCRIBED = 3    # start refused: device memory, threads or cores would be oversubscribed
+EXIT_BAD_AD = 4            # job ad or machine ad malformed / hostile
+EXIT_NO_STATE = 5          # the agent's state dir is missing, unsafe, locked or unwritable
+
+THREADS_PER_PHI_CORE = 4
+MAX_AD_BYTES = 1 << 20
+MAX_REQUEST_BYTES = 4096
+MAX_INT = 10 ** 12
+
+DEFAULT_STATE_ROOT = "/var/lib/condor_sched"
+
+ATTR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
+DOMAIN_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9][A-Za-z0-9-]{0,62})*$")
+DEVICE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
+SLOT_NAME_RE = re.compile(r"^(slot(\d{1,4})(?:_(\d{1,6}))?)@")
+SHORT_SLOT_RE = re.compile(r"^slot\d{1,4}(?:_\d{1,6})?$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+ABS_PATH_RE = re.compile(r"^/[A-Za-z0-9_./@+-]{1,4000}$")
+REQUEST_NAME_RE = re.compile(r"^(\d{1,12})\.(\d{1,9})\.(slot\d{1,4}(?:_\d{1,6})?)\.json$")
+
+
+class AdError(ValueError):
+    """A ClassAd (job or machine) is malformed or carries a hostile value; names the attribute."""
+
+
+class ConfigError(ValueError):
+    """The node config JSON is missing or invalid."""
+
+
+class StateError(OSError):
+    """The shared state dir is missing, unsafe or unusable."""
+
+
+@dataclass(frozen=True)
+class Expr:
+    """An unparsed ClassAd expression (lists, records, references): never evaluated."""
+    text: str
+
+
+# ---------------------------------------------------------------------------------------
+# Old-syntax ClassAd text <-> Python values
+
+_INT_RE = re.compile(r"^[+-]?\d{1,40}$")
+_REAL_RE = re.compile(r"^[+-]?(\d{1,40}\.\d{0,40}|\.\d{1,40}|\d{1,40})([eE][+-]?\d{1,4})?$")
+_LINE_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*=\s*(.*?)\s*$")
+
+
+def _parse_string(text: str, attr: str) -> str:
+    """An old-syntax quoted string: ``\\"`` is a quote, other backslashes are literal."""
+    out: List[str] = []
+    i = 1
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text) and text[i + 1] == '"':
+            out.append('"')
+            i += 2
+            continue
+        if ch == '"':
+            if i != len(text) - 1:
+                raise AdError(f"attribute {attr}: text after closing quote")
+            return "".join(out)
+        out.append(ch)
+        i += 1
+    raise AdError(f"attribute {attr}: unterminated string")
+
+
+def parse_value(text: str, attr: str = "?") -> Any:
+    """One ClassAd value: int, float, bool, str, None (undefined) or ``Expr`` for the rest."""
+    if text == "":
+        raise AdError(f"attribute {attr}: empty value")
+    if text.startswith('"'):
+        return _parse_string(text, attr)
+    low = text.lower()
+    if low == "true":
+        return True
+    if low == "false":
+        return False
+    if low == "undefined":
+        return None
+    if _INT_RE.match(text):
+        return int(text)
+    if _REAL_RE.match(text):
+        value = float(text)
+        if not math.isfinite(value):
+            raise AdError(f"attribute {attr}: non-finite number")
+        return value
+    return Expr(text)
+
+
+def parse_classad(data: "bytes | str", what: str = "ad") -> Dict[str, Any]:
+    """Parse old-format ``Attr = value`` lines into a dict keyed by attribute name.
+
+    Attribute names are case-insensitive in ClassAds, so keys are stored as given and looked
+    up with :func:`ad_get`.  Raises ``AdError`` on non-UTF-8 input, oversized input, NUL
+    bytes or a line that is not ``Name = value``.
+    """
+    if isinstance(data, bytes):
+        if len(data) > MAX_AD_BYTES:
+            raise AdError(f"{what}: larger than {MAX_AD_BYTES} bytes")
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise AdError(f"{what}: not UTF-8 (byte offset {exc.start})") from None
+    if "\x00" in data:
+        raise AdError(f"{what}: contains a NUL byte")
+    ad: Dict[str, Any] = {}
+    for number, line in enumerate(data.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        match = _LINE_RE.match(line)
+        if not match:
+            raise AdError(f"{what}: line {number} is not 'Attr = value'")
+        name, value = match.group(1), match.group(2)
+        if not ATTR_RE.match(name):
+            raise AdError(f"{what}: line {number}: bad attribute name")
+        ad[name.lower()] = (name, parse_value(value, name))
+    return {key: value for key, (_, value) in ad.items()}
+
+
+def ad_get(ad: Dict[str, Any], attr: str, default: Any = None) -> Any:
+    return ad.get(attr.lower(), default)
+
+
+def ad_int(ad: Dict[str, Any], attr: str, low: int, high: int,
+           default: Optional[int] = None) -> int:
+    """An integer attribute within [low, high]; a missing one gives ``default`` or AdError."""
+    value = ad_get(ad, attr)
+    if value is None:
+        if default is None:
+            raise AdError(f"attribute {attr} is missing")
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise AdError(f"attribute {attr} is not an integer")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise AdError(f"attribute {attr} is not an integer")
+        value = int(value)
+    if not low <= value <= high:
+        raise AdError(f"attribute {attr}={value if abs(value) < MAX_INT else 'huge'} "
+                      f"is outside [{low}, {high}]")
+    return value
+
+
+def ad_str(ad: Dict[str, Any], attr: str, pattern: "re.Pattern[str]",
+           required: bool = True) -> Optional[str]:
+    value = ad_get(ad, attr)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        raise AdError(f"attribute {attr} is {'missing' if value is None else 'not a string'}")
+    if not pattern.match(value):
+        raise AdError(f"attribute {attr} has a disallowed value")
+    return value
+
+
+def quote_string(value: str) -> str:
+    """Quote a string for an old-syntax ``Attr = "value"`` line the starter will parse."""
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise ValueError("control character in ClassAd string")
+    if value.endswith("\\") or '\\"' in value:
+        raise ValueError("backslash before a quote in ClassAd string")
+    return '"' + value.replace('"', '\\"') + '"'
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("non-finite number")
+        return repr(value)
+    if isinstance(value, str):
+        return quote_string(value)
+    raise TypeError(f"cannot format {type(value).__name__} as a ClassAd value")
+
+
+def format_line(attr: str, value: Any) -> str:
+    if not ATTR_RE.match(attr):
+        raise ValueError(f"bad attribute name {attr!r}")
+    return f"{attr} = {format_value(value)}"
+
+
+# ---------------------------------------------------------------------------------------
+# Node config
+
+@dataclass(frozen=True)
+class SlotConfig:
+    slot_id: int
+    kind: str
+    cores: int
+    memory_mb: int
+    device: Optional[str] = None
+    device_memory_mb: int = 0
+    hardware_threads: int = 0
+
+    @property
+    def device_cores(self) -> int:
+        return self.hardware_threads // THREADS_PER_PHI_CORE
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    node: str
+    domain: str
+    cores: int
+    memory_mb: int
+    slots: Tuple[SlotConfig, ...]
+    state_dir: Optional[str] = None
+
+    def slot(self, slot_id: int) -> Optional[SlotConfig]:
+        for slot in self.slots:
+            if slot.slot_id == slot_id:
+                return slot
+        return None
+
+    def device(self, name: str) -> Optional[SlotConfig]:
+        for slot in self.slots:
+            if slot.kind == "device" and slot.device == name:
+                return slot
+        return None
+
+    @property
+    def devices(self) -> Tuple[SlotConfig, ...]:
+        return tuple(s for s in self.slots if s.kind == "device")
+
+
+def _cfg_int(obj: Dict[str, Any], key: str, low: int, high: int, where: str) -> int:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(f"{where}: '{key}' must be an integer in [{low}, {high}]")
+    return value
+
+
+def parse_node_config(obj: Any) -> NodeConfig:
+    """Validate the JSON written by ``condor_sched.inventory.node_config``."""
+    if not isinstance(obj, dict):
+        raise ConfigError("node config: top level is not an object")
+    node, domain = obj.get("node"), obj.get("domain")
+    if not isinstance(node, str) or not NODE_RE.match(node):
+        raise ConfigError("node config: 'node' is not a valid host name")
+    if not isinstance(domain, str) or not DOMAIN_RE.match(domain):
+        raise ConfigError("node config: 'domain' is not a valid domain")
+    state_dir = obj.get("state_dir")
+    if state_dir is not None and (not isinstance(state_dir, str) or not ABS_PATH_RE.match(state_dir)
+                                  or "/../" in state_dir + "/"):
+        raise ConfigError("node config: 'state_dir' must be an absolute path")
+    raw_slots = obj.get("slots")
+    if not isinstance(raw_slots, list) or len(raw_slots) > 256:
+        raise ConfigError("node config: 'slots' must be a list")
+    slots: List[SlotConfig] = []
+    for index, raw in enumerate(raw_slots):
+        where = f"node config slot #{index}"
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{where}: not an object")
+        kind = raw.get("kind")
+        slot_id = _cfg_int(raw, "slot_id", 1, 9999, where)
+        cores = _cfg_int(raw, "cores", 0, 100000, where)
+        memory_mb = _cfg_int(raw, "memory_mb", 0, MAX_INT, where)
+        if kind == "device":
+            device = raw.get("device")
+            if not isinstance(device, str) or not DEVICE_RE.match(device):
+                raise ConfigError(f"{where}: 'device' is not a valid device name")
+            slots.append(SlotConfig(slot_id, kind, cores, memory_mb, device,
+                                    _cfg_int(raw, "device_memory_mb", 1, MAX_INT, where),
+                                    _cfg_int(raw, "hardware_threads", THREADS_PER_PHI_CORE, 100000, where)))
+        elif kind == "socket":
+            slots.append(SlotConfig(slot_id, kind, cores, memory_mb))
+        else:
+            raise ConfigError(f"{where}: unknown kind")
+    ids = [s.slot_id for s in slots]
+    names = [s.device for s in slots if s.device]
+    if len(set(ids)) != len(ids) or len(set(names)) != len(names):
+        raise ConfigError("node config: duplicate slot id or device name")
+    return NodeConfig(node, domain, _cfg_int(obj, "cores", 0, 100000, "node config"),
+                      _cfg_int(obj, "memory_mb", 0, MAX_INT, "node config"), tuple(slots), state_dir)
+
+
+def load_node_config(path: str) -> NodeConfig:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_AD_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"node config {path}: {exc.strerror}") from None
+    if len(data) > MAX_AD_BYTES:
+        raise ConfigError(f"node config {path}: too large")
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"node config {path}: not valid JSON ({exc.__class__.__name__})") from None
+    return parse_node_config(obj)
+
+
+def state_dir_for(config: NodeConfig, env: Optional[Dict[str, str]] = None,
+                  override: Optional[str] = None) -> str:
+    """The state dir: explicit override, else $COSCHED_STATE_DIR, else config, else default."""
+    env = os.environ if env is None else env
+    for candidate in (override, env.get("COSCHED_STATE_DIR"), config.state_dir):
+        if candidate:
+            if not ABS_PATH_RE.match(candidate) or "/../" in candidate + "/":
+                raise ConfigError("state dir must be a plain absolute path")
+            return candidate.rstrip("/") or "/"
+    return os.path.join(DEFAULT_STATE_ROOT, config.node)
+
+
+# ---------------------------------------------------------------------------------------
+# Requests (one per running device job), shared by hook and agent
+
+@dataclass(frozen=True)
+class Request:
+    """One device job's allocation, as written by the hook and checked by the agent."""
+    cluster: int
+    proc: int
+    slot: str               # node-unique short dynamic slot name, e.g. slot2_1
+    device: str
+    memory_mb: int
+    threads: int
+    first_core: int
+    cores: int
+    starter_pid: int
+    starter_start: int      # field 22 of /proc/<pid>/stat: guards against pid reuse
+    scratch_dir: str        # $_CONDOR_SCRATCH_DIR of the job: how the agent finds its processes
+    owner: str
+
+    @property
+    def job(self) -> str:
+        return f"{self.cluster}.{self.proc}"
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.cluster}.{self.proc}.{self.slot}.json"
+
+    @property
+    def core_range(self) -> Tuple[int, int]:
+        return self.first_core, self.first_core + self.cores
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"job": self.job, "cluster": self.cluster, "proc": self.proc, "slot": self.slot,
+                "device": self.device, "memory_mb": self.memory_mb, "threads": self.threads,
+                "first_core": self.first_core, "cores": self.cores,
+                "starter_pid": self.starter_pid, "starter_start": self.starter_start,
+                "scratch_dir": self.scratch_dir, "owner": self.owner}
+
+
+OWNER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+
+
+def request_from_json(obj: Any, file_name: str) -> Request:
+    """Validate a request file's content (hostile: written by a job's user)."""
+    match = REQUEST_NAME_RE.match(file_name)
+    if not match or not isinstance(obj, dict):
+        raise ValueError("bad request file name or content")
+
+    def num(key: str, low: int, high: int) -> int:
+        value = obj.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(f"bad '{key}'")
+        return value
+
+    def text(key: str, pattern: "re.Pattern[str]") -> str:
+        value = obj.get(key)
+        if not isinstance(value, str) or not pattern.match(value):
+            raise ValueError(f"bad '{key}'")
+        return value
+
+    request = Request(num("cluster", 0, 10 ** 12 - 1), num("proc", 0, 10 ** 9 - 1),
+                      text("slot", SHORT_SLOT_RE), text("device", DEVICE_RE),
+                      num("memory_mb", 0, MAX_INT), num("threads", 1, 100000),
+                      num("first_core", 0, 25000), num("cores", 1, 25000),
+                      num("starter_pid", 2, 2 ** 22), num("starter_start", 0, 2 ** 62),
+                      text("scratch_dir", ABS_PATH_RE), text("owner", OWNER_RE))
+    if "/../" in request.scratch_dir + "/" or request.file_name != file_name:
+        raise ValueError("request content does not match its file name")
+    return request
+
+
+def read_small_file(directory: str, name: str, limit: int = MAX_REQUEST_BYTES) -> Tuple[bytes, os.stat_result]:
+    """Read a regular, single-link file without following symlinks; raises OSError/ValueError."""
+    fd = os.open(os.path.join(directory, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            raise ValueError("not a plain regular file")
+        if info.st_size > limit:
+            raise ValueError("too large")
+        data = os.read(fd, limit + 1)
+        if len(data) > limit:
+            raise ValueError("too large")
+        return data, info
+    finally:
+        os.close(fd)
+
+
+def process_start_time(pid: int, proc_root: str = "/proc") -> Optional[int]:
+    """Start time (clock ticks since boot) of a live, non-zombie process, else None."""
+    try:
+        with open(f"{proc_root}/{int(pid)}/stat", "rb") as handle:
+            data = handle.read(4096).decode("ascii", "replace")
+    except OSError:
+        return None
+    fields = data[data.rfind(")") + 2:].split()
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    try:
+        return int(fields[19])
+    except ValueError:
+        return None
+
+
+def request_is_live(request: Request, proc_root: str = "/proc") -> bool:
+    return process_start_time(request.starter_pid, proc_root) == request.starter_start
+
+
+def read_requests(requests_dir: str, device: Optional[str] = None,
+                  errors: Optional[List[Tuple[str, str]]] = None) -> List[Tuple[Request, os.stat_result]]:
+    """All well-formed request files (optionally of one device); bad ones go to ``errors``."""
+    found: List[Tuple[Request, os.stat_result]] = []
+    for name in sorted(os.listdir(requests_dir)):
+        if not REQUEST_NAME_RE.match(name):
+            if errors is not None and not name.startswith("."):
+                errors.append((name, "unexpected file name"))
+            continue
+        try:
+            data, info = read_small_file(requests_dir, name)
+            request = request_from_json(json.loads(data.decode("utf-8")), name)
+        except (OSError, ValueError) as exc:
+            if errors is not None:
+                errors.append((name, str(exc) if isinstance(exc, ValueError) else exc.strerror or "unreadable"))
+            continue
+        if device is None or request.device == device:
+            found.append((request, info))
+    return found
+
+
+class StateLock:
+    """``flock`` on DIR/lock, with a timeout so a user holding it cannot block us forever."""
+
+    def __init__(self, state_dir: str, timeout_s: float = 10.0) -> None:
+        self.path = os.path.join(state_dir, "lock")
+        self.timeout_s = timeout_s
+        self.fd = -1
+
+    def __enter__(self) -> "StateLock":
+        try:
+            self.fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise StateError(exc.errno or errno.EIO, f"cannot open {self.path}: {exc.strerror}") from None
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() > deadline:
+                    os.close(self.fd)
+                    raise StateError(errno.ETIMEDOUT, f"cannot lock {self.path}") from None
+                time.sleep(0.05)
+
+    def __exit__(self, *exc: Any) -> None:
+        os.close(self.fd)  # closing releases the flock
+
+
+def write_json_atomic(directory: str, name: str, obj: Any, mode: int = 0o644) -> None:
+    """Write tmp + fsync + rename, never following a symlink planted at the tmp name."""
+    tmp = os.path.join(directory, f".tmp.{name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(obj, handle, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.rename(tmp, os.path.join(directory, name))
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+# ---------------------------------------------------------------------------------------
+# Logging: a line per event; the log file when writable, else stderr.
+
+def log_line(path: Optional[str], program: str, message: str) -> None:
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    safe = "".join(ch if 32 <= ord(ch) < 127 else "?" for ch in message)[:2000]
+    line = f"{stamp} {program}[{os.getpid()}] {safe}\n"
+    if path:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+            try:
+                os.write(fd, line.encode("ascii"))
+                return
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+    try:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def free_core_range(capacity: int, held: Iterable[Tuple[int, int]], wanted: int) -> Optional[int]:
+    """First core of the lowest contiguous run of ``wanted`` free cores in [0, capacity).
+
+    ``held`` are half-open [start, end) ranges of co-running jobs (Section IV-D2 of paper 002:
+    jobs on one device get disjoint cores).  None when no such run exists.
+    """
+    if wanted <= 0 or wanted > capacity:
+        return None
+    start = 0
+    for low, high in sorted((max(0, a), min(capacity, b)) for a, b in held if b > a):
+        if low - start >= wanted:
+            return start
+        start = max(start, high)
+    return start if capacity - start >= wanted else None

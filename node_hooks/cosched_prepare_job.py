@@ -1,0 +1,335 @@
+#!/usr/bin/python3
+"""PREPARE_JOB hook: cap a device job's threads and pin it to cores no co-runner holds.
+
+Runs as the JOB'S USER before the job starts (``<KEYWORD>_HOOK_PREPARE_JOB``): job ad on
+stdin, slot ad in ``$_CONDOR_MACHINE_AD``, node config in ``$COSCHED_NODE_CONFIG``.  For a
+job on a device slot it prints an ``Environment`` line (the job's own variables kept) with
+OMP_NUM_THREADS / MIC_OMP_NUM_THREADS = RequestPhiThreads and a MIC_KMP_PLACE_THREADS core
+range disjoint from the other jobs on that device, and records the allocation in the node
+agent's state dir (protocol: cosched_node's docstring).  This is COSMIC's node-side role
+(Section IV-D2 of paper 002): no thread oversubscription, thread-to-core affinity, and a
+refusal of any start that would oversubscribe the device even if HTCondor's accounting was
+stale or forged.  Non-device jobs: prints nothing, exits 0.
+
+Exit codes (HTCondor holds the job with HoldReasonSubCode = code; reasons go to
+DIR/hooks.log, else stderr):
+  0  started (or not a device job)      3  refused: device memory/threads/cores oversubscribed
+  1  unexpected internal error           4  malformed or hostile job / machine ad
+  2  node config missing or invalid      5  node agent state dir missing, unsafe or locked
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import stat
+import sys
+from typing import Dict, List, Optional, Sequence, TextIO, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import cosched_node as cn  # noqa: E402
+
+PROGRAM = "cosched_prepare_job"
+ENV_ANY_NAME_RE = re.compile(r"^[^=\s'\"]{1,256}$")
+
+
+class Refusal(Exception):
+    """A start the hook refuses; carries the exit code."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+
+
+# ---------------------------------------------------------------------------------------
+# Environment attribute (new-style "A=1 B='x y'" and old-style "A=1;B=2")
+
+def parse_environment_v2(text: str) -> List[Tuple[str, str]]:
+    """Split HTCondor's V2 environment: whitespace separated, '...' quotes, '' is a quote."""
+    tokens: List[str] = []
+    current: List[str] = []
+    in_token = quoted = False
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if quoted:
+            if ch == "'":
+                if i + 1 < len(text) and text[i + 1] == "'":
+                    current.append("'")
+                    i += 2
+                    continue
+                quoted = False
+            else:
+                current.append(ch)
+        elif ch == "'":
+            quoted = in_token = True
+        elif ch.isspace():
+            if in_token:
+                tokens.append("".join(current))
+                current, in_token = [], False
+        else:
+            current.append(ch)
+            in_token = True
+        i += 1
+    if quoted:
+        raise ValueError("unbalanced single quote in Environment")
+    if in_token:
+        tokens.append("".join(current))
+    return [_split_assignment(token) for token in tokens]
+
+
+def parse_environment_v1(text: str) -> List[Tuple[str, str]]:
+    """Old-style ``Env``: ``A=1;B=2``."""
+    return [_split_assignment(item) for item in text.split(";") if item.strip()]
+
+
+def _split_assignment(token: str) -> Tuple[str, str]:
+    name, sep, value = token.partition("=")
+    if not sep or not ENV_ANY_NAME_RE.match(name):
+        raise ValueError("Environment entry is not NAME=value")
+    return name, value
+
+
+def format_environment_v2(pairs: Sequence[Tuple[str, str]]) -> str:
+    parts = []
+    for name, value in pairs:
+        if value == "" or any(ch.isspace() or ch in "'\"" for ch in value):
+            value = "'" + value.replace("'", "''") + "'"
+        parts.append(f"{name}={value}")
+    return " ".join(parts)
+
+
+def merge_environment(job_ad: Dict[str, object], updates: Sequence[Tuple[str, str]]) -> str:
+    """The job's Environment (or old Env) with ``updates`` set; existing entries kept in order."""
+    existing = cn.ad_get(job_ad, "Environment")
+    if isinstance(existing, str):
+        pairs = parse_environment_v2(existing)
+    elif existing is None and isinstance(cn.ad_get(job_ad, "Env"), str):
+        pairs = parse_environment_v1(cn.ad_get(job_ad, "Env"))
+    elif existing is None:
+        pairs = []
+    else:
+        raise ValueError("Environment is not a string")
+    wanted = dict(updates)
+    merged = [(name, wanted.pop(name) if name in wanted else value) for name, value in pairs]
+    merged.extend((name, value) for name, value in updates if name in wanted)
+    return format_environment_v2(merged)
+
+
+def device_environment(device: str, threads: int, first_core: int, cores: int) -> List[Tuple[str, str]]:
+    """Thread cap and core affinity for one job on a Xeon Phi (4 hardware threads a core)."""
+    env = [("OMP_NUM_THREADS", str(threads)),
+           ("MIC_ENV_PREFIX", "MIC"),
+           ("MIC_OMP_NUM_THREADS", str(threads)),
+           ("MIC_KMP_PLACE_THREADS", f"{cores}c,{cn.THREADS_PER_PHI_CORE}t,{first_core}o"),
+           ("MIC_KMP_AFFINITY", "granularity=fine,compact"),
+           ("COSCHED_DEVICE", device),
+           ("COSCHED_DEVICE_CORES", f"{first_core}-{first_core + cores - 1}")]
+    index = re.match(r"^mic(\d+)$", device)
+    if index:
+        env.append(("OFFLOAD_DEVICES", index.group(1)))
+    return env
+
+
+# ---------------------------------------------------------------------------------------
+# Pure decisions
+
+def resolve_slot(machine_ad: Dict[str, object], config: cn.NodeConfig) -> Tuple[str, Optional[cn.SlotConfig]]:
+    """(short dynamic slot name, its device slot config or None for a non-device slot)."""
+    name = cn.ad_str(machine_ad, "Name", re.compile(r"^slot\d{1,4}(_\d{1,6})?@[A-Za-z0-9_.@-]{1,255}$"))
+    match = cn.SLOT_NAME_RE.match(name or "")
+    if not match:
+        raise cn.AdError("machine ad Name is not slotN[_M]@...")
+    short, slot_id = match.group(1), int(match.group(2))
+    hosts = (name or "").split("@")[1:]
+    if config.node not in (hosts[0], hosts[-1].split(".")[0]):
+        raise cn.ConfigError(f"slot {name} is not on node {config.node}: wrong COSCHED_NODE_CONFIG?")
+    slot = config.slot(slot_id)
+    named = cn.ad_str(machine_ad, "PhiDeviceName", cn.DEVICE_RE, required=False)
+    if named is not None:
+        by_name = config.device(named)
+        if by_name is None:
+            raise cn.AdError(f"machine ad PhiDeviceName {named} is not a device of node {config.node}")
+        if slot is not None and slot is not by_name:
+            raise cn.AdError(f"slot {short} is slot id {slot_id} in the node config, "
+                             f"but its ad names device {named}")
+        return short, by_name
+    if slot is None:
+        raise cn.AdError(f"slot id {slot_id} of {short} is not in the node config of {config.node}")
+    return short, slot if slot.kind == "device" else None
+
+
+def job_identity(job_ad: Dict[str, object]) -> Tuple[int, int, str]:
+    return (cn.ad_int(job_ad, "ClusterId", 0, 10 ** 12 - 1), cn.ad_int(job_ad, "ProcId", 0, 10 ** 9 - 1),
+            cn.ad_str(job_ad, "Owner", cn.OWNER_RE) or "")
+
+
+def device_demand(job_ad: Dict[str, object], machine_ad: Dict[str, object],
+                  device: cn.SlotConfig) -> Optional[Tuple[int, int]]:
+    """(threads, memory_mb) the job asks of the device, None if it asks for nothing."""
+    if cn.ad_get(job_ad, "RequestPhiThreads") is None and cn.ad_get(job_ad, "RequestPhiMemory") is None:
+        return None
+    threads = cn.ad_int(job_ad, "RequestPhiThreads", 0, cn.MAX_INT)
+    memory_mb = cn.ad_int(job_ad, "RequestPhiMemory", 0, cn.MAX_INT, default=0)
+    if threads == 0 and memory_mb == 0:
+        return None
+    if threads == 0:
+        raise cn.AdError("RequestPhiThreads must be >= 1 for a job that requests device memory")
+    for attr, asked in (("PhiThreads", threads), ("PhiMemory", memory_mb)):
+        if cn.ad_get(machine_ad, attr) is not None:
+            allocated = cn.ad_int(machine_ad, attr, 0, cn.MAX_INT)
+            if asked > allocated:
+                raise Refusal(cn.EXIT_OVERSUBSCRIBED,
+                              f"requests {asked} {attr} but its slot was allocated {allocated}")
+    return threads, memory_mb
+
+
+def place(device: cn.SlotConfig, threads: int, memory_mb: int,
+          co_runners: Sequence[cn.Request]) -> Tuple[int, int]:
+    """(first core, cores) for the job, or Refusal if the device would be oversubscribed."""
+    cores = math.ceil(threads / cn.THREADS_PER_PHI_CORE)
+    used_mb = sum(r.memory_mb for r in co_runners)
+    used_threads = sum(r.threads for r in co_runners)
+    if used_mb + memory_mb > device.device_memory_mb:
+        raise Refusal(cn.EXIT_OVERSUBSCRIBED, f"device memory {used_mb}+{memory_mb} MB > "
+                      f"{device.device_memory_mb} MB on {device.device}")
+    if used_threads + threads > device.hardware_threads:
+        raise Refusal(cn.EXIT_OVERSUBSCRIBED, f"device threads {used_threads}+{threads} > "
+                      f"{device.hardware_threads} on {device.device}")
+    first = cn.free_core_range(device.device_cores, [r.core_range for r in co_runners], cores)
+    if first is None:
+        raise Refusal(cn.EXIT_OVERSUBSCRIBED, f"no {cores} contiguous free cores on {device.device} "
+                      f"(held: {sorted(r.core_range for r in co_runners)})")
+    return first, cores
+
+
+# ---------------------------------------------------------------------------------------
+# State dir
+
+def check_state_dirs(state_dir: str) -> str:
+    """The requests dir, after checking it is the agent's: real dir, sticky, root- or our-owned."""
+    requests_dir = os.path.join(state_dir, "requests")
+    for path, sticky in ((state_dir, False), (requests_dir, True)):
+        try:
+            info = os.lstat(path)
+        except OSError as exc:
+            raise cn.StateError(exc.errno or 0, f"{path}: {exc.strerror} (is the node agent running?)") from None
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid not in (0, os.geteuid()):
+            raise cn.StateError(0, f"{path} is not a directory owned by root")
+        if sticky and not info.st_mode & stat.S_ISVTX:
+            raise cn.StateError(0, f"{path} lacks the sticky bit")
+        if not sticky and info.st_mode & 0o022:
+            raise cn.StateError(0, f"{path} is group/other-writable")
+    return requests_dir
+
+
+def reserve(state_dir: str, make_request, device: cn.SlotConfig, threads: int, memory_mb: int,
+            proc_root: str = "/proc") -> cn.Request:
+    """Under the state lock: read live co-runners, place the job, write its request file."""
+    requests_dir = check_state_dirs(state_dir)
+    with cn.StateLock(state_dir):
+        mine = make_request(0, 1).file_name
+        co_runners = [r for r, _ in cn.read_requests(requests_dir, device.device)
+                      if r.file_name != mine and cn.request_is_live(r, proc_root)]
+        first, cores = place(device, threads, memory_mb, co_runners)
+        request = make_request(first, cores)
+        try:
+            cn.write_json_atomic(requests_dir, request.file_name, request.to_json(), 0o644)
+        except OSError as exc:
+            raise cn.StateError(exc.errno or 0, f"cannot write request {request.file_name}: {exc.strerror}") from None
+    return request
+
+
+def main(argv: Optional[Sequence[str]] = None, stdin: Optional[object] = None,
+         stdout: Optional[TextIO] = None, env: Optional[Dict[str, str]] = None,
+         starter_pid: Optional[int] = None, cwd: Optional[str] = None) -> int:
+    env = dict(os.environ) if env is None else env
+    stdout = sys.stdout if stdout is None else stdout
+    stdin = sys.stdin.buffer if stdin is None else stdin
+    log_path: Optional[str] = None
+    job = "?"
+    where = "?"
+
+    def log(message: str) -> None:
+        cn.log_line(log_path, PROGRAM, message)
+
+    try:
+        config_path = env.get("COSCHED_NODE_CONFIG", "")
+        if not config_path:
+            raise cn.ConfigError("COSCHED_NODE_CONFIG is not set")
+        config = cn.load_node_config(config_path)
+        state_dir = cn.state_dir_for(config, env)
+        log_path = os.path.join(state_dir, "hooks.log")
+
+        job_ad = cn.parse_classad(stdin.read(cn.MAX_AD_BYTES + 1), "job ad")
+        cluster, proc, owner = job_identity(job_ad)
+        job = f"{cluster}.{proc}"
+        machine_ad_path = env.get("_CONDOR_MACHINE_AD", "")
+        if not machine_ad_path:
+            raise cn.AdError("_CONDOR_MACHINE_AD is not set")
+        try:
+            with open(machine_ad_path, "rb") as handle:
+                machine_ad = cn.parse_classad(handle.read(cn.MAX_AD_BYTES + 1), "machine ad")
+        except OSError as exc:
+            raise cn.AdError(f"cannot read machine ad: {exc.strerror}") from None
+        short_slot, device = resolve_slot(machine_ad, config)
+        if device is None:
+            return cn.EXIT_OK
+        where = f"{config.node}/{device.device} ({short_slot})"
+        demand = device_demand(job_ad, machine_ad, device)
+        if demand is None:
+            return cn.EXIT_OK
+        threads, memory_mb = demand
+
+        scratch = env.get("_CONDOR_SCRATCH_DIR") or (cwd if cwd is not None else os.getcwd())
+        if not cn.ABS_PATH_RE.match(scratch) or "/../" in scratch + "/":
+            raise cn.AdError("scratch directory path has disallowed characters")
+        parent = os.getppid() if starter_pid is None else starter_pid
+        parent_start = cn.process_start_time(parent)
+        if parent <= 1 or parent_start is None:
+            raise cn.StateError(0, f"starter process {parent} not found in /proc")
+
+        def make_request(first: int, cores: int) -> cn.Request:
+            return cn.Request(cluster, proc, short_slot, device.device or "", memory_mb, threads,
+                              first, cores, parent, parent_start, scratch, owner)
+
+        def output(request: cn.Request) -> List[str]:
+            environment = merge_environment(job_ad, device_environment(
+                request.device, threads, request.first_core, request.cores))
+            return [cn.format_line("Environment", environment),
+                    cn.format_line("CoSchedDevice", request.device),
+                    cn.format_line("CoSchedDeviceFirstCore", request.first_core),
+                    cn.format_line("CoSchedDeviceCores", request.cores)]
+
+        output(make_request(0, 1))  # a malformed Environment is refused before reserving cores
+        request = reserve(state_dir, make_request, device, threads, memory_mb)
+        lines = output(request)
+        stdout.write("\n".join(lines) + "\n")
+        stdout.flush()
+        log(f"job {job} started on {config.node}/{request.device} slot {short_slot}: {threads} threads, "
+            f"{memory_mb} MB, cores {request.first_core}-{request.first_core + request.cores - 1}")
+        return cn.EXIT_OK
+    except Refusal as exc:
+        log(f"job {job} refused on device {where}: {exc}")
+        return exc.code
+    except cn.ConfigError as exc:
+        log(f"job {job}: bad node config: {exc}")
+        return cn.EXIT_BAD_CONFIG
+    except cn.AdError as exc:
+        log(f"job {job}: malformed ad: {exc}")
+        return cn.EXIT_BAD_AD
+    except ValueError as exc:
+        log(f"job {job}: malformed ad: {exc}")
+        return cn.EXIT_BAD_AD
+    except cn.StateError as exc:
+        log(f"job {job}: node agent state unavailable: {exc.strerror or exc}")
+        return cn.EXIT_NO_STATE
+    except Exception as exc:  # never a traceback: the hold must carry a logged reason
+        log(f"job {job}: internal error {exc.__class__.__name__}: {exc}")
+        return cn.EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())
