@@ -1,0 +1,208 @@
+"""Pure rendering of the local pool's HTCondor configuration: strings in, strings out.
+
+Paths here are paths inside the pool root (the chroot), except where a name says host.
+The slot layout itself is rendered on the node by ``node_hooks/discover_devices.py``
+(device discovery); this module renders everything else.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from condor_sched.inventory import Node
+
+#: DNS domain of the fake execute nodes (all on 127.0.0.1).
+DOMAIN = "cosched.test"
+#: Where the repository's node_hooks/ appear inside the pool root (read-only bind mount).
+HOOKS_DIR = PurePosixPath("/opt/condor_sched/node_hooks")
+NODE_CONFIG_DIR = PurePosixPath("/etc/condor_sched/nodes")
+WRAPPER_DIR = PurePosixPath("/etc/condor_sched/wrappers")
+AGENT_STATE_DIR = PurePosixPath("/var/lib/condor_sched")
+CONDOR_LOG_DIR = PurePosixPath("/var/log/condor")
+CONDOR_EXECUTE_DIR = PurePosixPath("/var/lib/condor/execute")
+PYTHON = "/usr/bin/python3"
+
+STARTD_CRON_SCRIPT = "cosched_startd_cron.py"
+PREPARE_JOB_SCRIPT = "cosched_prepare_job.py"
+NODE_AGENT_SCRIPT = "cosched_node_agent.py"
+DISCOVER_SCRIPT = "discover_devices.py"
+STARTD_CRON_PERIOD_S = 30
+#: HTCondor custom resources of the slot layout (condor_sched.inventory.node_slots).
+CUSTOM_RESOURCES = ("PhiMemory", "PhiThreads", "LLCWays", "MemBW")
+
+_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,30}$")
+
+
+def local_name(index: int) -> str:
+    """The startd local name of the ``index``-th node (1-based): NODE1, NODE2, ..."""
+    return f"NODE{index}"
+
+
+def agent_name(index: int) -> str:
+    """The master's name for the node agent of the ``index``-th node."""
+    return f"COSCHED_AGENT{index}"
+
+
+def node_config_path(node: str) -> PurePosixPath:
+    return NODE_CONFIG_DIR / f"{node}.json"
+
+
+def starter_wrapper_path(node: str) -> PurePosixPath:
+    return WRAPPER_DIR / node / "condor_starter"
+
+
+def prepare_job_wrapper_path(node: str) -> PurePosixPath:
+    return WRAPPER_DIR / node / "prepare_job"
+
+
+@dataclass(frozen=True, slots=True)
+class HookFiles:
+    """Which node_hooks programs exist at ``up`` time (a missing one is not wired)."""
+
+    startd_cron: bool = True
+    prepare_job: bool = True
+    node_agent: bool = True
+
+
+def render_hosts(host_names: list[str], nodes: list[str], domain: str = DOMAIN) -> str:
+    """ROOT/etc/hosts: the host's names and every node's name on 127.0.0.1."""
+    names = ["localhost", *host_names]
+    for n in nodes:
+        names += [f"{n}.{domain}", n]
+    seen: list[str] = []
+    for n in names:
+        if n and n not in seen:
+            seen.append(n)
+    return f"127.0.0.1\t{' '.join(seen)}\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+
+
+def render_pool_config(nodes: list[Node], hooks: HookFiles, domain: str = DOMAIN,
+                       super_users: tuple[str, ...] = ("root", "condor")) -> str:
+    """The central manager, schedd and shared settings of the one-machine pool."""
+    daemons = ["MASTER", "COLLECTOR", "NEGOTIATOR", "SCHEDD", "SHARED_PORT"]
+    for i, _ in enumerate(nodes, 1):
+        daemons.append(local_name(i))
+        if hooks.node_agent:
+            daemons.append(agent_name(i))
+    lines = [
+        "# The condor_sched local test pool (written by `condor-sched pool up`; do not edit).",
+        "# Loopback only, CLAIMTOBE authentication: anyone on this machine may claim any",
+        "# identity. Never use these security settings on a real pool.",
+        "CONDOR_HOST = 127.0.0.1",
+        "NETWORK_INTERFACE = 127.0.0.1",
+        "ENABLE_IPV6 = False",
+        "USE_SHARED_PORT = True",
+        f"UID_DOMAIN = {domain}",
+        "TRUST_UID_DOMAIN = True",
+        "SEC_DEFAULT_AUTHENTICATION_METHODS = CLAIMTOBE, FS",
+        "SEC_CLIENT_AUTHENTICATION_METHODS = CLAIMTOBE, FS",
+        "ALLOW_READ = *",
+        "ALLOW_WRITE = *",
+        "ALLOW_ADMINISTRATOR = *",
+        "ALLOW_NEGOTIATOR = *",
+        "ALLOW_DAEMON = *",
+        f"QUEUE_SUPER_USERS = {', '.join(super_users)}",
+        "",
+        "# Fast negotiation cycles; the sidecar follows cycles through the negotiator ad.",
+        "NEGOTIATOR_INTERVAL = 2",
+        "NEGOTIATOR_MIN_INTERVAL = 1",
+        "NEGOTIATOR_CYCLE_DELAY = 1",
+        "NEGOTIATOR_UPDATE_AFTER_CYCLE = True",
+        "SCHEDD_INTERVAL = 5",
+        "UPDATE_INTERVAL = 5",
+        "STARTER_UPDATE_INTERVAL = 5",
+        "RUNBENCHMARKS = 0",
+        "",
+        "# The startd finds custom resource names only in unprefixed MACHINE_RESOURCE_<name>",
+        "# parameters; each node's NODE<i>.MACHINE_RESOURCE_<name> then sets its amount.",
+        *[f"MACHINE_RESOURCE_{r} = 0" for r in CUSTOM_RESOURCES],
+        "",
+        f"DAEMON_LIST = {', '.join(daemons)}",
+        "# The node agents run python3, no DaemonCore binary, so the master starts them",
+        "# without -f and stops them with SIGTERM; DC_DAEMON_LIST must stay the default.",
+    ]
+    if hooks.startd_cron:
+        lines += [
+            "",
+            "# Node facts for the sidecar (per-node arguments below).",
+            "STARTD_CRON_JOBLIST = $(STARTD_CRON_JOBLIST) COSCHEDINFO",
+            f"STARTD_CRON_COSCHEDINFO_EXECUTABLE = {PYTHON}",
+            "STARTD_CRON_COSCHEDINFO_MODE = Periodic",
+            f"STARTD_CRON_COSCHEDINFO_PERIOD = {STARTD_CRON_PERIOD_S}s",
+        ]
+    if hooks.prepare_job:
+        lines += [
+            "",
+            "# Job hook: every starter runs with -local-name slot_type_N, so the per-node",
+            "# starter wrapper points _CONDOR_COSCHED_HOOK_PREPARE_JOB at its node's wrapper.",
+            "STARTER_DEFAULT_JOB_HOOK_KEYWORD = COSCHED",
+            f"COSCHED_HOOK_PREPARE_JOB = {WRAPPER_DIR / 'prepare_job'}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def render_node_daemons(node: Node, index: int, hooks: HookFiles, domain: str = DOMAIN) -> str:
+    """One execute node: its startd (local name NODE<i>), hooks and node agent."""
+    p = local_name(index) + "."
+    conf = node_config_path(node.name)
+    lines = [
+        f"# Execute node {node.name} (startd {local_name(index)}).",
+        f"{local_name(index)} = $(STARTD)",
+        f"{local_name(index)}_ARGS = -local-name {local_name(index)}",
+        f"{p}STARTD_NAME = {node.name}",
+        f"{p}NETWORK_HOSTNAME = {node.name}.{domain}",
+        f"{p}STARTD_LOG = $(LOG)/StartLog.{node.name}",
+        f"{p}STARTD_ADDRESS_FILE = $(LOG)/.startd_address.{node.name}",
+        f"{p}EXECUTE = {CONDOR_EXECUTE_DIR / node.name}",
+        f"{p}STARTER = {starter_wrapper_path(node.name)}",
+    ]
+    if hooks.startd_cron:
+        lines.append(f"{p}STARTD_CRON_COSCHEDINFO_ARGS = {HOOKS_DIR / STARTD_CRON_SCRIPT} --node-config {conf}")
+    if hooks.node_agent:
+        a = agent_name(index)
+        lines += [
+            f"{a} = {PYTHON}",
+            f"{a}_ARGS = {HOOKS_DIR / NODE_AGENT_SCRIPT} --node-config {conf} "
+            f"--state-dir {AGENT_STATE_DIR / node.name}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def render_starter_wrapper(node: str, hooks: HookFiles) -> str:
+    """The node's starter: its own log, its node config for hooks, then condor_starter."""
+    lines = [
+        "#!/bin/sh",
+        f"# condor_starter of node {node} (written by condor-sched pool up)",
+        f"export _CONDOR_STARTER_LOG={CONDOR_LOG_DIR}/StarterLog.{node}",
+        f"export COSCHED_NODE_CONFIG={node_config_path(node)}",
+    ]
+    if hooks.prepare_job:
+        lines.append(f"export _CONDOR_COSCHED_HOOK_PREPARE_JOB={prepare_job_wrapper_path(node)}")
+    lines.append('exec /usr/sbin/condor_starter "$@"')
+    return "\n".join(lines) + "\n"
+
+
+def render_prepare_job_wrapper(node: str | None) -> str:
+    """Runs the repository's prepare-job hook with the chroot's python3 (it needs no x bit)."""
+    lines = ["#!/bin/sh", "# COSCHED prepare-job hook wrapper (written by condor-sched pool up)"]
+    if node is not None:
+        lines.append(f"COSCHED_NODE_CONFIG={node_config_path(node)}")
+        lines.append("export COSCHED_NODE_CONFIG")
+    lines.append(f'exec {PYTHON} {HOOKS_DIR / PREPARE_JOB_SCRIPT} "$@"')
+    return "\n".join(lines) + "\n"
+
+
+def render_client_config(user: str) -> str:
+    """CONDOR_CONFIG for the host's htcondor2 (and tools) claiming to be ``user``."""
+    if not _USER.match(user):
+        raise ValueError(f"bad user name {user!r}")
+    return "\n".join([
+        f"# Client of the condor_sched local test pool as {user} (CLAIMTOBE: test pools only).",
+        "CONDOR_HOST = 127.0.0.1",
+        "ENABLE_IPV6 = False",
+        "SEC_CLIENT_AUTHENTICATION_METHODS = CLAIMTOBE",
+        f"SEC_CLAIMTOBE_USER = {user}",
+        f"UID_DOMAIN = {DOMAIN}",
+        "",
+    ])

@@ -1,0 +1,87 @@
+"""The real pool: slot layout, placement by name, device requests, and the pin protocol."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from condor_sched.inventory import default_inventory_path, load_inventory, node_slots
+
+pytestmark = pytest.mark.pool
+
+RUNNING, COMPLETED = 2, 4
+IDLE = 1
+
+
+def test_collector_shows_exactly_the_inventory_slot_layout(pool):
+    import htcondor2
+
+    ads = htcondor2.Collector().query(htcondor2.AdTypes.Startd, projection=[
+        "Name", "TotalSlotCpus", "TotalSlotMemory", "TotalSlotPhiMemory", "TotalSlotPhiThreads",
+        "TotalSlotLLCWays", "TotalSlotMemBW", "PhiDeviceName", "LLCCacheId"])
+    seen = {ad["Name"]: ad for ad in ads}
+    expected = [s for n in load_inventory(default_inventory_path()).nodes for s in node_slots(n, pool.domain)]
+    assert sorted(seen) == sorted(s.name for s in expected)
+    for slot in expected:
+        ad = seen[slot.name]
+        assert (ad["TotalSlotCpus"], ad["TotalSlotMemory"]) == (slot.total.cpus, slot.total.memory_mb)
+        assert ad["TotalSlotPhiMemory"] == slot.total.device_memory_mb
+        assert ad["TotalSlotPhiThreads"] == slot.total.device_threads
+        assert ad["TotalSlotLLCWays"] == slot.total.llc_ways
+        assert ad["TotalSlotMemBW"] == int(slot.total.mem_bw_gbs)
+        assert ad.get("PhiDeviceName") == slot.device_name
+        assert ad.get("LLCCacheId") == slot.cache_id
+
+
+def test_job_runs_to_completion_on_the_node_chosen_by_name(pool):
+    cluster = pool.submit(requirements=f'TARGET.Machine == "node3.{pool.domain}"')
+    ad = pool.wait_for(cluster, lambda a: a["JobStatus"] == COMPLETED, ["LastRemoteHost", "ExitCode"])
+    assert ad["ExitCode"] == 0
+    assert ad["LastRemoteHost"].endswith(f"@node3@node3.{pool.domain}")
+    assert ad["LastRemoteHost"].startswith(("slot1", "slot2"))  # a socket slot, not a device
+
+
+def test_pin_protocol_and_device_requests_on_the_real_negotiator(pool):
+    from htcondor2 import HTCondorException
+
+    dev = {"request_PhiMemory": "500", "request_PhiThreads": "60"}
+    # Submitted with a pin of its own, which the transform must discard.
+    pinned = pool.submit(**dev, **{"+CoSchedPinSlot": f'"{pool.slot(3, "node1")}"', "+CoSchedPinCycle": "7"})
+    ad = pool.job(pinned, ["Requirements", "CoSchedPinSlot", "CoSchedPinCycle", "CoSchedPinOriginalRequirements"])
+    from classad2 import Value
+
+    assert ad.get("CoSchedPinSlot", Value.Undefined) is Value.Undefined
+    assert ad.get("CoSchedPinCycle", Value.Undefined) is Value.Undefined
+    assert str(ad["Requirements"]).endswith("&& (TARGET.Name is MY.CoSchedPinSlot)")
+    assert str(ad["Requirements"]).startswith(f"({ad['CoSchedPinOriginalRequirements']})")
+    assert "PhiMemory >= RequestPhiMemory" in str(ad["CoSchedPinOriginalRequirements"])
+
+    # The owner may not set the pin; the super user may.
+    with pytest.raises(HTCondorException, match="protected attribute"):
+        pool.schedd().edit(f"{pinned}.0", "CoSchedPinSlot", f'"{pool.slot(2, "node1")}"')
+
+    # Jobs that must never start: the same pin without a super-user edit, a device job
+    # pinned to a socket slot, a non-device job aimed at a device slot, and a device job
+    # asking for more device memory than any device has.
+    on_socket = pool.submit(**dev)
+    pool.admin_edit(f"{on_socket}.0", "CoSchedPinSlot", f'"{pool.slot(1, "node1")}"')
+    plain_on_device = pool.submit(requirements=f'TARGET.Name == "{pool.slot(2, "node2")}"')
+    too_big = pool.submit(request_PhiMemory="99999", request_PhiThreads="60")
+    pool.admin_edit(f"{too_big}.0", "CoSchedPinSlot", f'"{pool.slot(4, "node3")}"')
+    fits_big_device = pool.submit(request_PhiMemory="12000", request_PhiThreads="60")
+    pool.admin_edit(f"{fits_big_device}.0", "CoSchedPinSlot", f'"{pool.slot(4, "node3")}"')
+
+    time.sleep(10)  # several negotiation cycles (NEGOTIATOR_INTERVAL = 2)
+    for never in (pinned, on_socket, plain_on_device, too_big):
+        ad = pool.job(never, ["RemoteHost", "NumJobStarts"])
+        assert ad["JobStatus"] == IDLE and ad.get("NumJobStarts", 0) == 0, (never, ad)
+
+    assert pool.admin_edit(f"{pinned}.0", "CoSchedPinSlot", f'"{pool.slot(2, "node1")}"') == 1
+    for cluster, slot in ((pinned, pool.slot(2, "node1")), (fits_big_device, pool.slot(4, "node3"))):
+        ad = pool.wait_for(cluster, lambda a: a["JobStatus"] == COMPLETED, ["LastRemoteHost", "ExitCode"])
+        assert (ad["LastRemoteHost"], ad["ExitCode"]) == (slot, 0)
+
+    from htcondor2 import JobAction
+
+    for cluster in (on_socket, plain_on_device, too_big):
+        pool.schedd().act(JobAction.Remove, f"ClusterId == {cluster}")
