@@ -159,6 +159,64 @@ def run(once: bool, dry_run: bool, policy: str | None) -> None:
     sidecar.run_forever(stop=lambda: bool(stopping))
 
 
+@main.group()
+def pool() -> None:
+    """A real local HTCondor pool for trying condor_sched and for its tests (root only).
+
+    Example: sudo condor-sched pool up && eval "$(condor-sched pool env)" && condor_q
+    """
+
+
+@pool.command("up")
+@click.option("--inventory", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Node inventory YAML (default: examples/pools/default.yaml).")
+@click.option("--workdir", type=click.Path(path_type=Path), default=None,
+              help="Shared job directory, the same path inside and outside the pool.")
+def pool_up(inventory: Path | None, workdir: Path | None) -> None:
+    """Build (once, cached) and start the pool: one startd per inventory node."""
+    from condor_sched import localpool
+    from condor_sched.inventory import InventoryError
+
+    try:
+        info = localpool.up(inventory, workdir)
+    except (localpool.PoolError, InventoryError) as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"pool up: {len(info.slot_names)} partitionable slots on {len(info.nodes)} nodes; "
+               f"shared workdir {info.workdir}")
+    for user, path in sorted(info.client_configs.items()):
+        click.echo(f"  CONDOR_CONFIG={path}   # act as {user}")
+
+
+@pool.command("down")
+def pool_down() -> None:
+    """Stop every pool process and unmount everything (also after a failed run)."""
+    from condor_sched import localpool
+
+    try:
+        localpool.down()
+    except localpool.PoolError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo("pool down")
+
+
+@pool.command("status")
+def pool_status() -> None:
+    """Print the pool's state as JSON (built, mounted, processes, daemons, slots)."""
+    from condor_sched import localpool
+
+    click.echo(json.dumps(localpool.status(), indent=2, sort_keys=True, default=str))
+
+
+@pool.command("env")
+@click.option("--user", default="alice", show_default=True, help="Identity: alice (submitter) or condor (admin).")
+def pool_env(user: str) -> None:
+    """Print the export line that points htcondor2 and condor_* tools at the pool."""
+    from condor_sched import localpool
+
+    for key, value in localpool.client_env(user).items():
+        click.echo(f"export {key}={value}")
+
+
 def _add_optional_commands() -> None:
     try:
         from condor_sched.simulate.command import simulate

@@ -136,6 +136,7 @@ def apply_cycle(decision: CycleDecision, editor: Editor) -> CycleOutcome:
             continue
         if attempt(p.job, "pin", lambda p=p: editor.pin(p.job, p.slot, decision.cycle)):
             outcome.pinned += 1
+            log.info("pinned %s to %s", p.job, p.slot)
     return outcome
 
 

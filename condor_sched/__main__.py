@@ -1,0 +1,3 @@
+from condor_sched.cli import main
+
+main()

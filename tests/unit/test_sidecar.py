@@ -1,0 +1,127 @@
+"""The sidecar's cycle logic, without a pool: what it unpins, enrolls and pins."""
+from dataclasses import replace
+
+import pytest
+
+from condor_sched.model import Assignment, Job, JobKey, JobStatus, Plan, PoolState, Resources, Slot, SlotKind, Unplaced
+from condor_sched.settings import SettingsError, SidecarSettings, settings_from_knobs
+from condor_sched.sidecar import Sidecar, apply_cycle, decide_cycle
+
+DEV = Resources(cpus=4, memory_mb=1024, device_memory_mb=8192, device_threads=240)
+
+
+class FirstFit:
+    """A trivial policy for these tests: first device slot with room."""
+
+    name = "first-fit"
+
+    def plan(self, jobs, slots, settings):
+        free = {s.name: s.free for s in slots}
+        placed, unplaced = [], []
+        for j in jobs:
+            for name, f in free.items():
+                if j.request.fits_in(f):
+                    free[name] = f - j.request
+                    placed.append(Assignment(j.key, name))
+                    break
+            else:
+                unplaced.append(Unplaced(j.key, "no room"))
+        return Plan(self.name, tuple(placed), tuple(unplaced))
+
+
+def device_job(proc, mem=3000, threads=60, **kw):
+    defaults = dict(key=JobKey("s", 1, proc), owner="alice", status=JobStatus.IDLE,
+                    request=Resources(cpus=1, memory_mb=64, device_memory_mb=mem, device_threads=threads),
+                    has_pin_clause=True, attributes={"Requirements": "true"})
+    defaults.update(kw)
+    return Job(**defaults)
+
+
+def slot(name, free=DEV):
+    return Slot(name, "node1.cosched.test", SlotKind.DEVICE, DEV, free, device_name="mic0")
+
+
+SETTINGS = SidecarSettings(unpin_age_cycles=3)
+
+
+def test_fresh_pins_are_kept_and_their_requests_reserved():
+    pinned = device_job(1, mem=6000, pinned_slot="slotA", pinned_cycle=9)
+    new = device_job(2, mem=3000)
+    d = decide_cycle(PoolState((pinned, new), (slot("slotA"), slot("slotB"))), 10, SETTINGS, FirstFit())
+    assert d.kept == 1 and d.unpins == ()
+    # 6000 MB of slotA are held by the pinned, unmatched job: the new job goes to slotB.
+    assert [(p.job.proc, p.slot) for p in d.pins] == [(2, "slotB")]
+
+
+def test_stale_and_vanished_pins_are_unpinned_and_replanned():
+    stale = device_job(1, pinned_slot="slotA", pinned_cycle=5)
+    vanished = device_job(2, pinned_slot="slotGone", pinned_cycle=10)
+    d = decide_cycle(PoolState((stale, vanished), (slot("slotA"),)), 10, SETTINGS, FirstFit())
+    reasons = {u.job.proc: u.reason for u in d.unpins}
+    assert "not matched within 3 cycles" in reasons[1] and "vanished" in reasons[2]
+    assert sorted(p.job.proc for p in d.pins) == [1, 2]
+
+
+def test_only_idle_device_jobs_are_covered():
+    running = device_job(1, status=JobStatus.RUNNING)
+    plain = device_job(2, request=Resources(cpus=1, memory_mb=64))
+    d = decide_cycle(PoolState((running, plain), (slot("slotA"),)), 1, SETTINGS, FirstFit())
+    assert d.seen == 0 and d.pins == () and d.enrolls == ()
+
+
+def test_jobs_without_the_pin_clause_are_enrolled_before_pinning():
+    legacy = device_job(1, has_pin_clause=False, attributes={"Requirements": "(TARGET.Arch == \"X86_64\")"})
+    d = decide_cycle(PoolState((legacy,), (slot("slotA"),)), 1, SETTINGS, FirstFit())
+    assert [e.requirements for e in d.enrolls] == ['(TARGET.Arch == "X86_64")']
+    assert [p.job.proc for p in d.pins] == [1]
+
+
+class RecordingEditor:
+    """Applies edits to a dict of job attributes; can fail on one job."""
+
+    def __init__(self, fail_on=None):
+        self.attrs = {}
+        self.fail_on = fail_on
+
+    def _check(self, job):
+        if job == self.fail_on:
+            raise RuntimeError("schedd said no")
+
+    def pin(self, job, slot, cycle):
+        self._check(job)
+        self.attrs.setdefault(job, {}).update(CoSchedPinCycle=cycle, CoSchedPinSlot=slot)
+
+    def unpin(self, job):
+        self._check(job)
+        self.attrs.setdefault(job, {}).update(CoSchedPinSlot=None, CoSchedPinCycle=None)
+
+    def enroll(self, job, requirements):
+        self._check(job)
+        self.attrs.setdefault(job, {}).update(CoSchedPinOriginalRequirements=requirements)
+
+
+def test_one_failing_job_does_not_stop_the_cycle_and_an_unenrolled_job_is_never_pinned():
+    jobs = (device_job(1, has_pin_clause=False), device_job(2), device_job(3))
+    d = decide_cycle(PoolState(jobs, (slot("slotA"), slot("slotB"))), 4, SETTINGS, FirstFit())
+    editor = RecordingEditor(fail_on=JobKey("s", 1, 1))
+    outcome = apply_cycle(d, editor)
+    assert outcome.pinned == 2 and len(outcome.failed) == 1 and "enroll" in outcome.failed[0]
+    assert JobKey("s", 1, 1) not in editor.attrs
+    assert editor.attrs[JobKey("s", 1, 2)]["CoSchedPinCycle"] == 4
+
+
+def test_cycle_numbers_continue_after_a_restart():
+    state = PoolState((device_job(1, pinned_slot="slotA", pinned_cycle=41),), (slot("slotA"),))
+    sidecar = Sidecar(SETTINGS, FirstFit(), lambda: state, None)
+    assert sidecar.run_cycle().cycle == 42
+    assert sidecar.run_cycle().cycle == 43
+
+
+def test_knobs_are_parsed_and_bad_values_named():
+    s = settings_from_knobs({"COSCHED_UNPIN_AGE_CYCLES": "5", "COSCHED_MEMORY_GRANULARITY_MB": "25",
+                             "COSCHED_CYCLE_SOURCE": "interval"})
+    assert (s.unpin_age_cycles, s.plan.memory_granularity_mb, s.cycle_source) == (5, 25, "interval")
+    with pytest.raises(SettingsError, match="COSCHED_UNPIN_AGE_CYCLES"):
+        settings_from_knobs({"COSCHED_UNPIN_AGE_CYCLES": "soon"})
+    with pytest.raises(SettingsError, match="COSCHED_POLICY"):
+        settings_from_knobs({"COSCHED_POLICY": "nope"})
