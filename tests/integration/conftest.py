@@ -120,4 +120,7 @@ def pool(request):
 
     os.environ.update(localpool.client_env(info.user, settings))
     htcondor2.reload_config()
-    return PoolHandle(info, settings)
+    handle = PoolHandle(info, settings)
+    # The cached root keeps its job queue across sessions: start from an empty one.
+    handle.schedd().act(htcondor2.JobAction.Remove, "true")
+    return handle

@@ -1,0 +1,10 @@
+"""A discrete-event simulator of an HTCondor pool that runs the real policies.
+
+``engine.py`` (time, cycles, placements), ``offload.py`` (runtime models),
+``workloads.py`` (Table I, Section V-B, SWF, YAML), ``metrics.py``, ``study.py``
+(footprints, sequences), ``calibrate.py`` (the baseline fit), ``command.py`` (click).
+"""
+from condor_sched.simulate.engine import SimulationError, phi_inventory, simulate
+from condor_sched.simulate.workloads import SimJob, Workload, WorkloadError, load_workload
+
+__all__ = ["SimJob", "SimulationError", "Workload", "WorkloadError", "load_workload", "phi_inventory", "simulate"]

@@ -1,0 +1,104 @@
+"""The ``condor-sched simulate`` command (the lead adds it to the CLI group)."""
+from __future__ import annotations
+
+import sys
+from contextlib import nullcontext
+
+import click
+
+from condor_sched.inventory import InventoryError, load_inventory
+from condor_sched.policies.base import PlanSettings, PolicyError
+from condor_sched.simulate.engine import DEFAULT_CYCLE_S, SimulationError, phi_inventory
+from condor_sched.simulate.metrics import PlotError, to_json, write_plots
+from condor_sched.simulate.offload import OffloadModel
+from condor_sched.simulate.study import RunSpec, simulate_report
+from condor_sched.simulate.workloads import DEFAULT_JOBS, WorkloadError, is_builtin
+
+#: Exit codes scripts can rely on.
+EXIT_BAD_INPUT = 2
+EXIT_SIMULATION = 3
+
+class BadInput(click.ClickException):
+    exit_code = EXIT_BAD_INPUT
+
+
+_KEYS = ("makespan_s", "mean_wait_s", "mean_turnaround_s", "mean_slowdown", "throughput",
+         "device_utilization", "memory_oversubscriptions", "thread_oversubscribed_s", "footprint_nodes")
+
+
+@click.command("simulate")
+@click.option("--workload", "workload", default="phi-table1", show_default=True,
+              help="phi-table1, phi-uniform, phi-normal, phi-low-skew, phi-high-skew, or a .swf/.yaml path.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help=f"Jobs to generate (built-in workloads, default {DEFAULT_JOBS}) or to read (files, default all).")
+@click.option("--nodes", type=click.IntRange(min=1), default=None,
+              help="Nodes: K one-Phi nodes (default 8), or the first K nodes of --inventory (default all).")
+@click.option("--policy", default="knapsack", show_default=True, help="A registered policy name.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seeds the workload and the policy.")
+@click.option("--inventory", "inventory_path", type=click.Path(dir_okay=False), default=None,
+              help="Node inventory YAML (as the local pool's); default: paper 002's one-Phi nodes.")
+@click.option("--sequences", type=click.IntRange(min=1), default=None,
+              help="Run M independently seeded sequences and report their means.")
+@click.option("--footprint-against", "footprint_against", default=None, metavar="P0",
+              help="Also report the fewest nodes at which --policy matches P0's makespan on --nodes.")
+@click.option("--cycle-s", "cycle_s", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_CYCLE_S,
+              show_default=True, help="Negotiation interval (HTCondor's NEGOTIATOR_INTERVAL).")
+@click.option("--age-limit-cycles", "age_limit_cycles", type=click.IntRange(min=0), default=None,
+              help="The policies' aging limit (PlanSettings.age_limit_cycles; default: the sidecar's). "
+                   "scripts/reproduce turns aging off, as paper 002 has none.")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,
+              help="Write utilisation and concurrency PNGs to this directory (needs matplotlib).")
+def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy: str, seed: int,
+                     inventory_path: str | None, sequences: int | None, footprint_against: str | None,
+                     cycle_s: float, age_limit_cycles: int | None, as_json: bool, plot_dir: str | None) -> None:
+    """Simulate a workload under a policy on a simulated pool.
+
+    \b
+    Example (Table II's MCCK on 8 nodes, 5 s cycles, footprint against MC):
+      condor-sched simulate --workload phi-table1 --jobs 1000 --nodes 8 \\
+          --policy knapsack --seed 1 --cycle-s 5 --footprint-against exclusive --json
+    """
+    try:
+        if inventory_path:
+            inventory = load_inventory(inventory_path)
+        else:
+            if not is_builtin(workload) and nodes is None:
+                nodes = 8
+            inventory = phi_inventory(nodes or 8)
+        if plot_dir is not None:
+            import importlib.util
+
+            if importlib.util.find_spec("matplotlib") is None:
+                raise PlotError("--plot needs matplotlib: pip install 'condor-sched[plot]'")
+        settings = PlanSettings() if age_limit_cycles is None else PlanSettings(age_limit_cycles=age_limit_cycles)
+        spec = RunSpec(policy, inventory, cycle_s, OffloadModel(), settings)
+        show_bar = sys.stdout.isatty() and not as_json
+        total = (sequences or 1) * (jobs or DEFAULT_JOBS) if is_builtin(workload) else None
+        bar = click.progressbar(length=total, label="simulating") if show_bar and total else nullcontext()
+        with bar as b:
+            report, results = simulate_report(
+                workload, jobs, spec, nodes, seed, sequences, footprint_against, record=plot_dir is not None,
+                progress=(b.update if b is not None else None))
+    except (InventoryError, WorkloadError, PolicyError, PlotError, ValueError) as e:
+        raise BadInput(str(e)) from None
+    except SimulationError as e:
+        click.echo(f"Error: {e}", err=True)
+        sys.exit(EXIT_SIMULATION)
+    if plot_dir is not None:
+        paths = write_plots([(f"{policy} seed {r.get('seed', seed)}", res)
+                             for r, res in zip(report.get("sequences", [report]), results)], plot_dir)
+        if not as_json:
+            for p in paths:
+                click.echo(f"wrote {p}")
+    if as_json:
+        click.echo(to_json(report))
+        return
+    click.echo(f"{report['workload']}: {report['jobs']} jobs, {report['nodes']} nodes, policy {policy}, "
+               f"cycle {cycle_s:g} s")
+    if report.get("skipped_jobs"):
+        click.echo(f"  skipped {report['skipped_jobs']} trace jobs (no run time, processors or submit time)")
+    for key in _KEYS:
+        if key in report:
+            value = report[key]
+            click.echo(f"  {key:26} {value:.3f}" if isinstance(value, float) else f"  {key:26} {value}")

@@ -1,0 +1,364 @@
+"""Simulated workloads: Table I of paper 002, the four Section V-B distributions, SWF and YAML.
+
+Every workload is a tuple of :class:`SimJob` records. A job carries what the planners see
+(device memory and threads, as in a submit file) and what only the runtime model sees
+(exclusive run time, offload fraction and offload count, see ``offload.py``).
+
+Built-in names (``load_workload``): ``phi-table1``, ``phi-uniform``, ``phi-normal``,
+``phi-low-skew``, ``phi-high-skew``; any other name is a path to a ``.swf`` or ``.yaml`` file.
+
+YAML workload format (one mapping with a ``jobs`` list; units in the key names)::
+
+    jobs:
+      - program: KM              # optional label, default "yaml"
+        device_memory_mb: 800    # required, 1 .. any (the policy decides if it fits)
+        device_threads: 60       # required, >= 1
+        runtime_s: 30.0          # required, exclusive run time (> 0)
+        arrival_s: 0             # optional, default 0 (submit time)
+        offload_fraction: 0.8    # optional, default offload.OFFLOAD_FRACTION
+        offloads: 10             # optional, default offloads_for_runtime(runtime_s)
+        count: 5                 # optional, default 1: this many identical jobs
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import yaml
+
+from condor_sched.model import Job, JobKey, JobStatus, Resources, Skipped
+from condor_sched.simulate import offload
+
+#: The schedd name of every simulated job (JobKey.schedd).
+SIM_SCHEDD = "sim"
+#: Host resources each simulated job requests besides the device: one host core runs its
+#: host phases (the paper's Condor slots are host cores, Section IV-D1).
+HOST_CPUS = 1
+HOST_MEMORY_MB = 512
+#: Device memory requests are rounded up to this step (the knapsack's 50 MB, Section IV-C).
+MEMORY_STEP_MB = 50
+#: Section V-B: one resource level r in [0, 1] sets memory and threads together.
+MIN_MEMORY_MB, MAX_MEMORY_MB = 300, 3400
+MIN_THREADS, MAX_THREADS, THREAD_STEP = 60, 240, 60
+
+
+class WorkloadError(ValueError):
+    """A workload that cannot be read; the message names the file, line and field."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimJob:
+    """One simulated job: its request (what a policy sees) and its runtime parameters."""
+
+    index: int
+    program: str
+    device_memory_mb: int
+    device_threads: int
+    exclusive_runtime_s: float
+    arrival_s: float = 0.0
+    offload_fraction: float = offload.OFFLOAD_FRACTION
+    offloads: int = 10
+
+    @property
+    def key(self) -> JobKey:
+        return JobKey(SIM_SCHEDD, 1, self.index)
+
+    @property
+    def request(self) -> Resources:
+        return Resources(cpus=HOST_CPUS, memory_mb=HOST_MEMORY_MB,
+                         device_memory_mb=self.device_memory_mb, device_threads=self.device_threads)
+
+    @property
+    def device_thread_s(self) -> float:
+        """Busy device-thread-seconds this job needs under the offload model."""
+        return self.exclusive_runtime_s * self.offload_fraction * self.device_threads
+
+    def to_job(self) -> Job:
+        """The idle job record the policies see (the same record the sidecar builds)."""
+        return Job(key=self.key, owner="sim", status=JobStatus.IDLE, request=self.request,
+                   submitted_at_s=int(self.arrival_s), program=self.program)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    name: str
+    jobs: tuple[SimJob, ...]
+    skipped: tuple[Skipped, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """One row of Table I of paper 002, plus the offload count we assume for it."""
+
+    name: str
+    threads: int
+    min_memory_mb: int
+    max_memory_mb: int
+    offloads: int
+
+
+#: Table I of paper 002. Offload counts follow the problem sizes where Table I names an
+#: iteration count (MD 5 time steps, SG 10 iterations; the NAS solvers' 200/400/250
+#: iterations in offloads of 10 iterations each); KM and MC give none: 20 and 10 assumed.
+TABLE_I: tuple[Program, ...] = (
+    Program("KM", 60, 300, 1250, 20),
+    Program("MC", 180, 400, 650, 10),
+    Program("MD", 180, 300, 750, 5),
+    Program("SG", 60, 500, 3400, 10),
+    Program("BT", 240, 300, 1250, 20),
+    Program("SP", 180, 300, 1850, 40),
+    Program("LU", 180, 400, 1250, 25),
+)
+#: Offloads of a synthetic Section V-B job (the paper does not describe their profile).
+SYNTHETIC_OFFLOADS = 10
+#: Length of one host+offload iteration assumed for SWF and YAML jobs without a count.
+ITERATION_S = 1.5
+
+
+def runtime_for_size(size: float) -> float:
+    """Exclusive run time of a job whose size position within its range is ``size`` in [0, 1].
+
+    Bigger instances (more memory in Table I's range, or a higher Section V-B level) run
+    longer: 0.75x to 1.25x the calibrated mean, which keeps the mean at the calibration.
+    """
+    return offload.MEAN_EXCLUSIVE_RUNTIME_S * (0.75 + 0.5 * size)
+
+
+def offloads_for_runtime(runtime_s: float) -> int:
+    return max(1, min(100, round(runtime_s / ITERATION_S)))
+
+
+def _round_memory(memory_mb: float) -> int:
+    return int(math.ceil(memory_mb / MEMORY_STEP_MB - 1e-9) * MEMORY_STEP_MB)
+
+
+def table1_jobs(n: int, seed: int) -> tuple[SimJob, ...]:
+    """``n`` instances of Table I: program uniform over the 7 rows, memory uniform in its range."""
+    rng = random.Random(seed)
+    jobs = []
+    for i in range(n):
+        p = TABLE_I[rng.randrange(len(TABLE_I))]
+        size = rng.random()
+        memory = _round_memory(p.min_memory_mb + size * (p.max_memory_mb - p.min_memory_mb))
+        memory = min(memory, p.max_memory_mb)
+        jobs.append(SimJob(i, p.name, memory, p.threads, runtime_for_size(size), offloads=p.offloads))
+    return tuple(jobs)
+
+
+def level_request(r: float) -> tuple[int, int]:
+    """(device_memory_mb, device_threads) of resource level ``r`` (Section V-B, Fig. 7).
+
+    Memory is linear from 300 to 3400 MB (rounded up to 50 MB); threads take 60, 120,
+    180 or 240 on four equal quarters of [0, 1].
+    """
+    r = min(1.0, max(0.0, r))
+    memory = min(MAX_MEMORY_MB, _round_memory(MIN_MEMORY_MB + r * (MAX_MEMORY_MB - MIN_MEMORY_MB)))
+    threads = MIN_THREADS + THREAD_STEP * min(3, int(r * 4))
+    return memory, threads
+
+
+#: Section V-B distributions of the resource level. Fig. 7 is lost: the normal one has
+#: mean 0.5 and sd 0.2; the skews move the mean one sd down (0.3) or up (0.7). Draws
+#: outside [0, 1] are redrawn (a truncated normal), so no mass piles up at the ends.
+LEVEL_SD = 0.2
+DISTRIBUTIONS: dict[str, float | None] = {"uniform": None, "normal": 0.5, "low-skew": 0.3, "high-skew": 0.7}
+
+
+def _draw_level(rng: random.Random, mean: float | None) -> float:
+    if mean is None:
+        return rng.random()
+    while True:
+        r = rng.gauss(mean, LEVEL_SD)
+        if 0.0 <= r <= 1.0:
+            return r
+
+
+def distribution_jobs(distribution: str, n: int, seed: int) -> tuple[SimJob, ...]:
+    """``n`` synthetic offload jobs of a Section V-B distribution; run time grows with r."""
+    if distribution not in DISTRIBUTIONS:
+        raise WorkloadError(f"unknown distribution {distribution!r}; known: {', '.join(DISTRIBUTIONS)}")
+    rng = random.Random(seed)
+    jobs = []
+    for i in range(n):
+        r = _draw_level(rng, DISTRIBUTIONS[distribution])
+        memory, threads = level_request(r)
+        jobs.append(SimJob(i, f"synthetic-{distribution}", memory, threads, runtime_for_size(r),
+                           offloads=SYNTHETIC_OFFLOADS))
+    return tuple(jobs)
+
+
+# --- Standard Workload Format -------------------------------------------------------------
+
+SWF_FIELDS = ("job_number", "submit_time", "wait_time", "run_time", "allocated_processors",
+              "average_cpu_time", "used_memory_kb", "requested_processors", "requested_time",
+              "requested_memory_kb", "status", "user", "group", "executable", "queue",
+              "partition", "preceding_job", "think_time")
+
+
+def swf_request(processors: float, memory_kb: float) -> tuple[int, int]:
+    """(device_memory_mb, device_threads) of one SWF job (the documented mapping).
+
+    Threads: a Phi core runs 4 hardware threads, so ``processors`` cores ask for
+    4 x processors threads, rounded up to a multiple of 60 and clipped to 60..240.
+    Memory: the per-processor memory (KB) in MB, rounded up to 50 MB and clipped to
+    300..3400; when the trace has no memory, the level r of the threads sets it as in
+    Section V-B (low threads go with low memory).
+    """
+    threads = min(MAX_THREADS, max(MIN_THREADS, THREAD_STEP * math.ceil(4 * processors / THREAD_STEP)))
+    if memory_kb < 0:
+        r = (threads - MIN_THREADS) / (MAX_THREADS - MIN_THREADS)
+        return level_request(r)[0], threads
+    memory = min(MAX_MEMORY_MB, max(MIN_MEMORY_MB, _round_memory(memory_kb / 1024)))
+    return memory, threads
+
+
+def read_swf(path: str | Path, limit: int | None = None) -> Workload:
+    """Read a Standard Workload Format log (18 fields; ``;`` comments; -1 = missing).
+
+    A line with another field count or a non-number raises :class:`WorkloadError` naming
+    the file and line. A well-formed job without a run time (fields 4 and 9 both -1 or 0)
+    or without processors (fields 8 and 5 both -1) is skipped, and the reason recorded.
+    Mapping: arrival = submit time minus the first job's; run time = field 4, else
+    the requested time (field 9); device request by :func:`swf_request` from the requested
+    processors (else allocated) and requested memory (else used memory).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise WorkloadError(f"{path}: cannot read: {e.strerror}") from None
+    jobs: list[SimJob] = []
+    skipped: list[Skipped] = []
+    first_submit: float | None = None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith(";"):
+            continue
+        parts = stripped.split()
+        if len(parts) != len(SWF_FIELDS):
+            raise WorkloadError(f"{path}:{lineno}: expected {len(SWF_FIELDS)} fields, got {len(parts)}")
+        values: dict[str, float] = {}
+        for name, raw in zip(SWF_FIELDS, parts):
+            try:
+                value = float(raw)
+            except ValueError:
+                raise WorkloadError(f"{path}:{lineno}: field '{name}' is not a number: {raw!r}") from None
+            if not math.isfinite(value):
+                raise WorkloadError(f"{path}:{lineno}: field '{name}' is not finite: {raw!r}")
+            values[name] = value
+        what = f"{path}:{lineno} (job {parts[0]})"
+        runtime = values["run_time"] if values["run_time"] > 0 else values["requested_time"]
+        if runtime <= 0:
+            skipped.append(Skipped(what, "no run time (fields 4 and 9 missing or 0)"))
+            continue
+        processors = values["requested_processors"]
+        if processors <= 0:
+            processors = values["allocated_processors"]
+        if processors <= 0:
+            skipped.append(Skipped(what, "no processor count (fields 8 and 5 missing)"))
+            continue
+        if values["submit_time"] < 0:
+            skipped.append(Skipped(what, "no submit time (field 2 missing)"))
+            continue
+        memory_kb = values["requested_memory_kb"]
+        if memory_kb < 0:
+            memory_kb = values["used_memory_kb"]
+        if first_submit is None:
+            first_submit = values["submit_time"]
+        memory, threads = swf_request(processors, memory_kb)
+        jobs.append(SimJob(len(jobs), "swf", memory, threads, runtime,
+                           arrival_s=max(0.0, values["submit_time"] - first_submit),
+                           offloads=offloads_for_runtime(runtime)))
+        if limit is not None and len(jobs) >= limit:
+            break
+    if not jobs:
+        raise WorkloadError(f"{path}: no usable job")
+    return Workload(str(path), tuple(jobs), tuple(skipped))
+
+
+# --- YAML ---------------------------------------------------------------------------------
+
+def _yaml_number(where: str, raw: dict[str, Any], key: str, kind: type, minimum: float,
+                 default: Any = None, strict_minimum: bool = False) -> Any:
+    if key not in raw:
+        if default is None:
+            raise WorkloadError(f"{where}: missing '{key}'")
+        return default
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+        raise WorkloadError(f"{where}: '{key}' must be {'an integer' if kind is int else 'a number'}, got {value!r}")
+    if value < minimum or (strict_minimum and value == minimum) or not math.isfinite(value):
+        raise WorkloadError(f"{where}: '{key}' must be {'>' if strict_minimum else '>='} {minimum}, got {value!r}")
+    return kind(value)
+
+
+def read_yaml(path: str | Path, limit: int | None = None) -> Workload:
+    """Read the YAML workload format of this module's docstring."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise WorkloadError(f"{path}: cannot read: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise WorkloadError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("jobs"), list) or not data["jobs"]:
+        raise WorkloadError(f"{path}: top level must be a mapping with a non-empty 'jobs' list")
+    jobs: list[SimJob] = []
+    for i, raw in enumerate(data["jobs"]):
+        where = f"{path}: jobs[{i}]"
+        if not isinstance(raw, dict):
+            raise WorkloadError(f"{where}: must be a mapping")
+        program = raw.get("program", "yaml")
+        if not isinstance(program, str):
+            raise WorkloadError(f"{where}: 'program' must be a string, got {program!r}")
+        runtime = _yaml_number(where, raw, "runtime_s", float, 0, strict_minimum=True)
+        fraction = _yaml_number(where, raw, "offload_fraction", float, 0, default=offload.OFFLOAD_FRACTION)
+        if fraction > 1:
+            raise WorkloadError(f"{where}: 'offload_fraction' must be <= 1, got {fraction!r}")
+        template = dict(
+            program=program,
+            device_memory_mb=_yaml_number(where, raw, "device_memory_mb", int, 1),
+            device_threads=_yaml_number(where, raw, "device_threads", int, 1),
+            exclusive_runtime_s=runtime,
+            arrival_s=_yaml_number(where, raw, "arrival_s", float, 0, default=0.0),
+            offload_fraction=fraction,
+            offloads=_yaml_number(where, raw, "offloads", int, 1, default=offloads_for_runtime(runtime)),
+        )
+        for _ in range(_yaml_number(where, raw, "count", int, 1, default=1)):
+            jobs.append(SimJob(len(jobs), **template))
+    if limit is not None:
+        jobs = jobs[:limit]
+    return Workload(str(path), tuple(jobs))
+
+
+# --- names --------------------------------------------------------------------------------
+
+BUILTIN: dict[str, Callable[[int, int], tuple[SimJob, ...]]] = {
+    "phi-table1": table1_jobs,
+    **{f"phi-{d}": (lambda n, seed, d=d: distribution_jobs(d, n, seed)) for d in DISTRIBUTIONS},
+}
+#: Jobs of a built-in workload when ``--jobs`` is not given (Table II's 1000).
+DEFAULT_JOBS = 1000
+
+
+def is_builtin(name: str) -> bool:
+    return name in BUILTIN
+
+
+def load_workload(name: str, jobs: int | None, seed: int) -> Workload:
+    """A built-in workload of ``jobs`` jobs, or the first ``jobs`` of a .swf/.yaml file."""
+    if name in BUILTIN:
+        return Workload(name, BUILTIN[name](DEFAULT_JOBS if jobs is None else jobs, seed))
+    suffix = Path(name).suffix.lower()
+    if suffix == ".swf":
+        return read_swf(name, jobs)
+    if suffix in (".yaml", ".yml"):
+        return read_yaml(name, jobs)
+    raise WorkloadError(f"{name}: not a built-in workload ({', '.join(BUILTIN)}) nor a .swf or .yaml file")
+
+
+def total_device_thread_s(jobs: Sequence[SimJob]) -> float:
+    return sum(j.device_thread_s for j in jobs)
