@@ -1,0 +1,45 @@
+"""``exclusive``: paper 002's MC baseline (MPSS + Condor), one job per whole device.
+
+A job goes only to a device with no running job (free device memory and threads equal to
+the total) and each device takes at most one job per cycle; jobs in FIFO order (oldest
+first), devices in name order, as HTCondor's matchmaking would without sharing.
+"""
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+from condor_sched.model import Job, Plan, Slot
+from condor_sched.policies import devices as dv
+from condor_sched.policies.base import PlanSettings, register
+from condor_sched.policies.knapsack import prepare
+
+
+@register("exclusive")
+class ExclusivePolicy:
+    """MC: no sharing, a device holds one job at a time."""
+
+    name = "exclusive"
+
+    def plan(self, jobs: Sequence[Job], slots: Sequence[Slot], settings: PlanSettings) -> Plan:
+        t0 = time.perf_counter()
+        considered, dslots, too_big, state, rest = prepare(jobs, slots, settings)
+        used = {a.slot for a in state.assignments}
+        empty = [
+            s
+            for s in state.open_slots()
+            if s.name not in used
+            and s.free.device_memory_mb == s.total.device_memory_mb
+            and s.free.device_threads == s.total.device_threads
+        ]
+        for job in rest:
+            need = dv.demand(job, settings)
+            for i, slot in enumerate(empty):
+                if dv.fits_device(job, need, state.residual[slot.name], slot):
+                    state.assign(job, slot, need)
+                    del empty[i]
+                    break
+            if not empty:
+                break
+        stats = {"solve_time_s": round(time.perf_counter() - t0, 6)}
+        return dv.finish_plan(self.name, considered, dslots, state, too_big, settings, stats)

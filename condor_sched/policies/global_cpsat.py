@@ -1,0 +1,377 @@
+"""``global``: all devices packed jointly with OR-Tools CP-SAT, never worse than MCCK.
+
+Paper 002 fills devices one by one (Fig. 4); this policy solves the multiple knapsack over
+all devices at once with the same objective as ``knapsack.py``: most jobs placed, ties
+broken by the sum of Eq. 1 values (``COUNT_WEIGHT + scaled v`` per job). Threads and host
+cpus/memory are hard constraints as there. The aging rule of ``devices.py`` runs first.
+
+Model size (FACTS.md: a flat x[job, device] model is hopeless at 2000 x 200):
+* jobs are aggregated into shapes (equal demand): one integer count per (shape, device);
+* within a class (equal demand but device memory) an optimal packing may use the class's
+  smallest jobs only, so each class is cut to the most jobs the devices could hold;
+* identical devices are aggregated first (on any pool with more than one device): a small
+  CP-SAT model picks how many devices of each group (equal free capacity and hardware
+  threads) take each *pattern* (a count per class that fits threads, cpus and host
+  memory), whatever the pool size; each class's smallest jobs are then dealt biggest first
+  to the device with most memory left, and a greedy pass places what did not fit. This
+  fixes Fig. 4's myopia (filling early devices with 4 x 60-thread jobs and leaving the
+  later ones one 180-thread job each);
+* above ``MAX_MODEL_VARS`` variables the devices are cut into blocks solved one after
+  another within the time limit, each over the jobs the best plan so far put there plus
+  the jobs still unplaced.
+
+Guarantee: the greedy MCCK plan, a best-fit variant (up to ``TIGHT_HINT_MAX_DEVICES``
+devices) and the pattern plan are computed first; the best of them is the hint
+(``add_hint``) and the fallback. A CP-SAT answer (per block) replaces it only when it
+places at least as many jobs with at least the same objective, so ``global`` never places
+fewer jobs than ``knapsack``. With
+``settings.deterministic`` CP-SAT runs one worker under ``max_deterministic_time`` and no
+wall clock decides anything (byte-identical plans for the simulator).
+"""
+from __future__ import annotations
+
+import heapq
+import os
+import time
+from typing import Sequence
+
+from ortools.sat.python import cp_model
+
+from condor_sched.model import Job, Plan, Slot
+from condor_sched.policies import devices as dv
+from condor_sched.policies.base import PlanSettings, register
+from condor_sched.policies.knapsack import JobPool, greedy_fill, prepare
+
+#: Above this many (shape, device) variables the devices are solved in blocks.
+MAX_MODEL_VARS = 20_000
+#: Pattern stage limits: distinct device groups, patterns per group.
+MAX_PATTERN_GROUPS = 50
+MAX_PATTERNS = 2000
+#: Wall time kept back from the solver for building models and the plan.
+BUILD_MARGIN_S = 0.1
+#: Share of the solver time limit the pattern model may use on large pools.
+PATTERN_SHARE = 0.25
+#: Up to this many devices a second, best-fit greedy plan competes for the hint.
+TIGHT_HINT_MAX_DEVICES = 500
+
+
+def _restricted_supply(pool: JobPool, slots: Sequence[Slot], caps: dict[str, list[int]]) -> dict[dv.Capacity, int]:
+    """Per shape, how many of its jobs a model needs: each class cut to the smallest jobs
+    the given devices could hold in total."""
+    bound: dict[tuple[int, int, int], int] = {}
+    for slot in slots:
+        for need, n in pool.candidates(caps[slot.name], slot.total.device_threads):
+            bound[need[1:]] = bound.get(need[1:], 0) + n
+    supply: dict[dv.Capacity, int] = {}
+    for ck, members in pool.classes.items():
+        left = bound.get(ck, 0)
+        for need in members:
+            if left <= 0:
+                break
+            n = min(left, len(pool.shapes[need]))
+            if n:
+                supply[need] = n
+                left -= n
+    return supply
+
+
+def _solve_block(
+    supply: dict[dv.Capacity, int],
+    slots: Sequence[Slot],
+    caps: dict[str, list[int]],
+    hint: dict[tuple[dv.Capacity, str], int],
+    settings: PlanSettings,
+    time_limit_s: float,
+) -> tuple[dict[tuple[dv.Capacity, str], int] | None, dict[str, object]]:
+    """CP-SAT over one set of devices; the counts per (shape, device) or None."""
+    model = cp_model.CpModel()
+    weight = dv.count_weight(sum(supply.values()))
+    x: dict[tuple[dv.Capacity, str], cp_model.IntVar] = {}
+    objective = []
+    per_shape: dict[dv.Capacity, list] = {}
+    for slot in slots:
+        cap = caps[slot.name]
+        hw = slot.total.device_threads
+        terms: list[list] = [[], [], [], []]
+        for need, n in supply.items():
+            if need[1] > hw:
+                continue
+            ub = min([n] + [cap[d] // need[d] for d in range(4) if need[d] > 0])
+            if ub <= 0:
+                continue
+            var = model.new_int_var(0, ub, "")
+            x[need, slot.name] = var
+            per_shape.setdefault(need, []).append(var)
+            objective.append((weight + dv.scaled_value(need[1], hw)) * var)
+            for d in range(4):
+                if need[d]:
+                    terms[d].append(need[d] * var)
+        for d in range(4):
+            if terms[d]:
+                model.add(sum(terms[d]) <= cap[d])
+    if not x:
+        return None, {"status": "EMPTY"}
+    for need, vars_ in per_shape.items():
+        if len(vars_) > 1:
+            model.add(sum(vars_) <= supply[need])
+    model.maximize(sum(objective))
+    for key, var in x.items():
+        model.add_hint(var, hint.get(key, 0))
+    solver = cp_model.CpSolver()
+    p = solver.parameters
+    p.random_seed = settings.seed
+    if settings.deterministic:
+        p.num_workers = 1
+        p.max_deterministic_time = max(0.01, time_limit_s)
+    else:
+        p.num_workers = max(1, min(8, os.cpu_count() or 1))
+        p.max_time_in_seconds = max(0.01, time_limit_s)
+    status = solver.solve(model)
+    info = {"status": solver.status_name(status), "vars": len(x), "bound": solver.best_objective_bound, "weight": weight}
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None, info
+    return {k: int(solver.value(v)) for k, v in x.items() if solver.value(v)}, info
+
+
+def _patterns(classes, cap: Sequence[int], hw: int, min_mem: dict, limit: int) -> list[tuple[int, ...]] | None:
+    """Every multiset of classes (count per class) that fits ``cap`` in threads, cpus and
+    host memory, with each class's smallest job for device memory (an optimistic bound)."""
+    usable = [i for i, ck in enumerate(classes) if ck[0] <= hw]
+    out: list[tuple[int, ...]] = []
+    counts = [0] * len(classes)
+
+    def dfs(pos: int, used: list[int]) -> bool:
+        if pos == len(usable):
+            if any(counts):
+                out.append(tuple(counts))
+            return len(out) <= limit
+        i = usable[pos]
+        ck = classes[i]
+        need = (min_mem[ck], *ck)
+        k = 0
+        while True:
+            if not dfs(pos + 1, used):
+                return False
+            nxt = [u + n for u, n in zip(used, need)]
+            if not all(u <= c for u, c in zip(nxt, cap)):
+                break
+            k += 1
+            counts[i] = k
+            used = nxt
+        counts[i] = 0
+        return True
+
+    return out if dfs(0, [0, 0, 0, 0]) else None
+
+
+def _pattern_plan(
+    rest: Sequence[Job], open_slots: Sequence[Slot], caps: dict[str, list[int]], settings: PlanSettings, time_limit_s: float
+) -> dict[str, list[Job]] | None:
+    """Identical devices aggregated: choose how many devices of each group take each class
+    pattern (a small CP-SAT model whatever the pool size), then fill devices in order with
+    each class's smallest jobs; jobs that overflow device memory are left for a greedy pass.
+    None when the pattern space is too large."""
+    pool = JobPool.build(rest, settings)
+    classes = sorted(pool.classes)
+    if not classes:
+        return None
+    supply = {ck: sum(len(pool.shapes[n]) for n in pool.classes[ck]) for ck in classes}
+    min_mem = {ck: pool.classes[ck][0][0] for ck in classes}
+    groups: dict[tuple, list[Slot]] = {}
+    for s in open_slots:
+        groups.setdefault((tuple(caps[s.name]), s.total.device_threads), []).append(s)
+    if len(groups) > MAX_PATTERN_GROUPS:
+        return None
+    model = cp_model.CpModel()
+    per_class: dict[tuple, list] = {ck: [] for ck in classes}
+    objective = []
+    chosen: list[tuple[tuple, tuple[int, ...], cp_model.IntVar]] = []
+    weight = dv.count_weight(len(open_slots) * 64)
+    for (cap, hw), members in groups.items():
+        pats = _patterns(classes, cap, hw, min_mem, MAX_PATTERNS)
+        if pats is None:
+            return None
+        vars_ = []
+        for pat in pats:
+            y = model.new_int_var(0, len(members), "")
+            vars_.append(y)
+            chosen.append(((cap, hw), pat, y))
+            gain = sum(k * (weight + dv.scaled_value(ck[0], hw)) for ck, k in zip(classes, pat))
+            objective.append(gain * y)
+            for ck, k in zip(classes, pat):
+                if k:
+                    per_class[ck].append(k * y)
+        if vars_:
+            model.add(sum(vars_) <= len(members))
+    for ck, terms in per_class.items():
+        if terms:
+            model.add(sum(terms) <= supply[ck])
+    if not objective:
+        return None
+    model.maximize(sum(objective))
+    solver = cp_model.CpSolver()
+    p = solver.parameters
+    p.random_seed = settings.seed
+    if settings.deterministic:
+        p.num_workers = 1
+        p.max_deterministic_time = max(0.01, time_limit_s)
+    else:
+        p.num_workers = max(1, min(8, os.cpu_count() or 1))
+        p.max_time_in_seconds = max(0.01, time_limit_s)
+    if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    per_group: dict[tuple, list[tuple[int, ...]]] = {}
+    for g, pat, y in chosen:
+        per_group.setdefault(g, []).extend([pat] * int(solver.value(y)))
+    out: dict[str, list[Job]] = {}
+    for g, members in groups.items():
+        pats = sorted(per_group.get(g, []), key=lambda pt: (-sum(pt), pt))
+        devs = list(zip(members, pats))
+        mem_left = [caps[slot.name][0] for slot, _ in devs]
+        for slot, _ in devs:
+            out[slot.name] = []
+        for ci in sorted(range(len(classes)), key=lambda i: -classes[i][0]):
+            slots_left = [pat[ci] for _, pat in devs]
+            total = sum(slots_left)
+            if not total:
+                continue
+            # the class's smallest jobs, biggest first, each to the device with most memory left
+            heap = [(-mem_left[i], i) for i in range(len(devs)) if slots_left[i]]
+            heapq.heapify(heap)
+            for job in sorted(pool.take_from_class(classes[ci], total), key=lambda j: -j.request.device_memory_mb):
+                need = dv.demand(job, settings)
+                if not heap or -heap[0][0] < need[0]:
+                    pool.shapes[need].appendleft(job)  # left for the greedy pass
+                    continue
+                _, i = heapq.heappop(heap)
+                out[devs[i][0].name].append(job)
+                mem_left[i] -= need[0]
+                slots_left[i] -= 1
+                if slots_left[i]:
+                    heapq.heappush(heap, (-mem_left[i], i))
+    return out
+
+
+def _objective(counts: dict[tuple[dv.Capacity, str], int], hw: dict[str, int]) -> tuple[int, int]:
+    placed = sum(counts.values())
+    value = sum(n * dv.scaled_value(need[1], hw[name]) for (need, name), n in counts.items())
+    return placed, value
+
+
+@register("global")
+class GlobalPolicy:
+    """All devices jointly with CP-SAT, hinted with and never worse than MCCK."""
+
+    name = "global"
+
+    def plan(self, jobs: Sequence[Job], slots: Sequence[Slot], settings: PlanSettings) -> Plan:
+        t0 = time.perf_counter()
+        considered, dslots, too_big, state, rest = prepare(jobs, slots, settings)
+        base_assignments = list(state.assignments)
+        open_slots = state.open_slots()
+        caps = {s.name: list(state.residual[s.name]) for s in open_slots}
+        hw = {s.name: s.total.device_threads for s in open_slots}
+
+        def run_greedy(tight: bool, start: dict[str, list[Job]] | None = None) -> dv.DeviceState:
+            """A greedy plan, optionally completing a partial one (``start``)."""
+            out = dv.DeviceState(
+                list(dslots), {k: list(v) for k, v in state.residual.items()}, set(state.reserved), [], {}
+            )
+            done: set = set()
+            for s in open_slots:
+                for job in (start or {}).get(s.name, []):
+                    out.assign(job, s, dv.demand(job, settings))
+                    done.add(job.key)
+            left = [j for j in rest if j.key not in done]
+            greedy_fill(JobPool.build(left, settings), out, settings, tight=tight)
+            return out
+
+        def score(st: dv.DeviceState) -> tuple[int, int]:
+            return len(st.assignments), sum(
+                dv.scaled_value(by_key[a.job].request.device_threads, hw[a.slot]) for a in st.assignments
+            )
+
+        by_key = {j.key: j for j in rest}
+        greedy = mcck = run_greedy(False)
+        if len(open_slots) <= TIGHT_HINT_MAX_DEVICES:
+            tight = run_greedy(True)
+            if score(tight) > score(greedy):
+                greedy = tight
+        full_pool = JobPool.build(rest, settings)
+        n_shapes = max(1, len(_restricted_supply(full_pool, open_slots, caps)))
+        used_patterns = False
+        if len(open_slots) > 1:
+            budget = settings.solver_time_limit_s * PATTERN_SHARE
+            pattern = _pattern_plan(rest, open_slots, caps, settings, budget)
+            if pattern is not None:
+                cand = run_greedy(False, pattern)
+                if score(cand) > score(greedy):
+                    greedy, used_patterns = cand, True
+        greedy_jobs: dict[str, list[Job]] = {s.name: [] for s in open_slots}
+        for a in greedy.assignments:
+            greedy_jobs[a.slot].append(by_key[a.job])
+        placed_keys = {a.job for a in greedy.assignments}
+        leftover = [j for j in rest if j.key not in placed_keys]
+
+        block_size = max(1, MAX_MODEL_VARS // n_shapes)
+        blocks = [open_slots[i : i + block_size] for i in range(0, len(open_slots), block_size)]
+
+        final: dict[str, list[Job]] = {}
+        statuses: list[str] = []
+        bound_total = 0.0
+        improved_blocks = 0
+        deadline = t0 + settings.solver_time_limit_s - BUILD_MARGIN_S
+        for bi, block in enumerate(blocks):
+            block_greedy = [j for s in block for j in greedy_jobs[s.name]]
+            if not leftover or (not settings.deterministic and time.perf_counter() >= deadline):
+                for s in block:
+                    final[s.name] = greedy_jobs[s.name]
+                continue
+            pool = JobPool.build(sorted(block_greedy + leftover, key=dv.job_order), settings)
+            supply = _restricted_supply(pool, block, caps)
+            hint: dict[tuple[dv.Capacity, str], int] = {}
+            for s in block:
+                for j in greedy_jobs[s.name]:
+                    k = (dv.demand(j, settings), s.name)
+                    hint[k] = hint.get(k, 0) + 1
+            if settings.deterministic:
+                budget = settings.solver_time_limit_s / len(blocks)
+            else:
+                budget = (deadline - time.perf_counter()) / (len(blocks) - bi) - BUILD_MARGIN_S
+            counts, info = _solve_block(supply, block, caps, hint, settings, budget)
+            statuses.append(str(info["status"]))
+            if "bound" in info:
+                bound_total += info["bound"] // info["weight"]
+            use_cp = counts is not None and _objective(counts, hw) >= _objective(hint, hw)
+            if not use_cp:
+                for s in block:
+                    final[s.name] = greedy_jobs[s.name]
+                continue
+            if _objective(counts, hw) > _objective(hint, hw):
+                improved_blocks += 1
+            for s in block:
+                final[s.name] = []
+            for (need, name), n in sorted(counts.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+                final[name].extend(pool.take_shape(need, n))
+            leftover = sorted((j for q in pool.shapes.values() for j in q), key=dv.job_order)
+
+        state.assignments = list(base_assignments)
+        slot_by_name = {s.name: s for s in open_slots}
+        for s in open_slots:
+            for job in final.get(s.name, []):
+                state.assign(job, slot_by_name[s.name], dv.demand(job, settings))
+        greedy_placed = len(mcck.assignments)
+        placed = len(state.assignments) - len(base_assignments)
+        stats = {
+            "solver": "cp-sat",
+            "blocks": len(blocks),
+            "blocks_improved": improved_blocks,
+            "cp_sat_status": sorted(set(statuses)),
+            "greedy_placed": greedy_placed + len(base_assignments),
+            "hint": "pattern model" if used_patterns else "best-fit greedy" if greedy is not mcck else "mcck greedy",
+            "extra_over_greedy": placed - greedy_placed,
+            "starving_placed": len(base_assignments),
+            "placed_upper_bound": int(bound_total) + len(base_assignments) if len(blocks) == 1 and statuses else None,
+            "solve_time_s": round(time.perf_counter() - t0, 6),
+        }
+        return dv.finish_plan(self.name, considered, dslots, state, too_big, settings, stats)

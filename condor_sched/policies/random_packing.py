@@ -1,0 +1,60 @@
+"""``random``: paper 002's MCC baseline (MPSS + Condor + COSMIC), random sharing.
+
+Jobs, in a random order, each go to a random device they fit; ``random.Random(seed)``
+makes it reproducible. Paper 002's MCC checks device memory only and leaves threads to
+COSMIC's node-side arbitration. Here a device slot accounts its threads, so HTCondor would
+never match a job beyond them: threads are checked with ``settings.thread_overcommit``
+(set it high to model MCC's node-side arbitration), as are host cpus and memory.
+"""
+from __future__ import annotations
+
+import random
+import time
+from typing import Sequence
+
+import numpy as np
+
+from condor_sched.model import Job, Plan, Slot
+from condor_sched.policies import devices as dv
+from condor_sched.policies.base import PlanSettings, register
+from condor_sched.policies.knapsack import prepare
+
+
+@register("random")
+class RandomPolicy:
+    """MCC: random cluster-level packing."""
+
+    name = "random"
+
+    def plan(self, jobs: Sequence[Job], slots: Sequence[Slot], settings: PlanSettings) -> Plan:
+        t0 = time.perf_counter()
+        considered, dslots, too_big, state, rest = prepare(jobs, slots, settings)
+        rng = random.Random(settings.seed)
+        order = list(rest)
+        rng.shuffle(order)
+        open_slots = state.open_slots()
+        residual = np.array([state.residual[s.name] for s in open_slots], dtype=np.int64).reshape(-1, 4)
+        hardware_threads = np.array([s.total.device_threads for s in open_slots], dtype=np.int64)
+        index = {s.name: i for i, s in enumerate(open_slots)}
+        dead: set[dv.Capacity] = set()  # shapes no device fits any more (free only shrinks)
+        for job in order:
+            need = dv.demand(job, settings)
+            if need in dead or not open_slots:
+                continue
+            chosen = None
+            for _ in range(8):  # rejection sampling: uniform over the fitting devices
+                s = open_slots[rng.randrange(len(open_slots))]
+                if dv.fits_device(job, need, state.residual[s.name], s):
+                    chosen = s
+                    break
+            if chosen is None:
+                ok = (residual >= np.asarray(need)).all(axis=1) & (hardware_threads >= need[1])
+                fitting = np.flatnonzero(ok)
+                if not len(fitting):
+                    dead.add(need)
+                    continue
+                chosen = open_slots[int(fitting[rng.randrange(len(fitting))])]
+            state.assign(job, chosen, need)
+            residual[index[chosen.name]] -= need
+        stats = {"seed": settings.seed, "solve_time_s": round(time.perf_counter() - t0, 6)}
+        return dv.finish_plan(self.name, considered, dslots, state, too_big, settings, stats)
