@@ -124,9 +124,12 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
         pinned_cycle=_number(ad, PIN_CYCLE_ATTR, required=False, default=None) if PIN_CYCLE_ATTR in ad else None,
         has_pin_clause=requirements is not None and PIN_SLOT_ATTR in str(requirements),
         program=program,
+        spread="CoSchedProgram" in ad,
         slowdown_threshold=_number(ad, "CoSchedAlpha", required=False, default=DEFAULT_SLOWDOWN_THRESHOLD,
                                    integer=False, minimum=0.01, maximum=1.0),
         remote_slot=_string(ad, "RemoteHost"),
+        started_at_s=_number(ad, "JobCurrentStartDate", required=False, default=None)
+        if "JobCurrentStartDate" in ad else None,
         attributes={
             "Requirements": str(requirements) if requirements is not None else None,
             PIN_ORIGINAL_ATTR: str(ad.lookup(PIN_ORIGINAL_ATTR)) if PIN_ORIGINAL_ATTR in ad else None,
@@ -156,7 +159,8 @@ def slot_from_ad(ad: classad2.ClassAd) -> Slot | None:
     kind = SlotKind.DEVICE if total.device_memory_mb > 0 else SlotKind.SOCKET
     cache_id = _number(ad, "LLCCacheId", required=False, default=None) if "LLCCacheId" in ad else None
     return Slot(name=name, machine=machine, kind=kind, total=total, free=free,
-                device_name=_string(ad, "PhiDeviceName"), cache_id=cache_id)
+                device_name=_string(ad, "PhiDeviceName"), cache_id=cache_id,
+                updated_at_s=_number(ad, "LastHeardFrom", required=False) or _number(ad, "MyCurrentTime", required=False))
 
 
 def _describe_job(ad: classad2.ClassAd, schedd: str) -> str:

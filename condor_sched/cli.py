@@ -80,20 +80,25 @@ def show(queue: Path, machines: Path, as_json: bool) -> None:
 @click.option("--time-limit", type=click.FloatRange(min=0.01), default=2.0, show_default=True,
               help="CP-SAT time limit (s) of global policies.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random policy.")
+@click.option("--profiles", "profiles_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Spread-n-Share profile directory (default: examples/profiles).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan(queue: Path, machines: Path, policy: str, granularity_mb: int, solver: str, time_limit: float,
-         seed: int, as_json: bool) -> None:
+         seed: int, profiles_dir: Path | None, as_json: bool) -> None:
     """Plan the idle jobs of a queue snapshot offline (nothing is edited).
 
     Example: condor-sched plan --queue queue.json --machines machines.json --policy global --json
 
-    Exit 0 when it planned (placed or not); 2 on bad input.
+    Device policies (knapsack, global, exclusive, random) place jobs that request
+    PhiMemory; spread policies (sns, sns-global, ce, cs) place the procs of other jobs and
+    add scale_factor, llc_ways and mem_bw_gbs to each assignment. Exit 0 when it planned (placed or not); 2 on bad input.
     """
     from condor_sched.policies.base import PlanSettings
 
     state = _load_snapshot(queue, machines)
     settings = PlanSettings(memory_granularity_mb=granularity_mb, knapsack_solver=solver,
-                            solver_time_limit_s=time_limit, seed=seed)
+                            solver_time_limit_s=time_limit, seed=seed,
+                            extra={"profiles": _profiles(profiles_dir)})
     idle = [j for j in state.idle_jobs()]
     result = get_policy(policy).plan(idle, state.slots, settings)
     if as_json:
@@ -102,6 +107,19 @@ def plan(queue: Path, machines: Path, policy: str, granularity_mb: int, solver: 
         click.echo(json.dumps(out, indent=2, sort_keys=True))
     else:
         click.echo(report.plan_text(state, result))
+
+
+def _profiles(directory: str | Path | None):
+    """The profile store of ``directory`` (default examples/profiles); bad files are logged."""
+    from condor_sched.profiles import ProfileError, ProfileStore, default_profiles_dir
+
+    try:
+        store = ProfileStore.load_dir(directory or default_profiles_dir())
+    except ProfileError as e:
+        raise UsageFailure(str(e)) from None
+    for skipped in getattr(store, "skipped", ()):
+        logging.getLogger("condor_sched").warning("profile skipped: %s", skipped)
+    return store
 
 
 @main.command()
@@ -145,8 +163,9 @@ def run(once: bool, dry_run: bool, policy: str | None) -> None:
         chosen = get_policy(settings.policy)
     except (SettingsError, PolicyError) as e:
         raise UsageFailure(str(e)) from None
+    spread = None if settings.spread_policy == "none" else get_policy(settings.spread_policy)
     sidecar = Sidecar(settings, chosen, pool.read_state, None if dry_run else pool.JobEditor(),
-                      pool.last_negotiation_cycle_end)
+                      pool.last_negotiation_cycle_end, spread, {"profiles": _profiles(settings.profile_dir)})
     if once:
         try:
             sidecar.run_cycle()

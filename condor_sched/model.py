@@ -18,8 +18,19 @@ PIN_SLOT_ATTR = "CoSchedPinSlot"
 PIN_CYCLE_ATTR = "CoSchedPinCycle"
 #: Job attribute holding the user's Requirements as submitted, before the pin clause.
 PIN_ORIGINAL_ATTR = "CoSchedPinOriginalRequirements"
+#: Job attributes the sidecar sets on a Spread-n-Share proc before pinning it; the schedd
+#: transform makes RequestLLCWays / RequestMemBW refer to the first two.
+PIN_LLC_WAYS_ATTR = "CoSchedPinLLCWays"
+PIN_MEM_BW_ATTR = "CoSchedPinMemBW"
+PIN_SCALE_ATTR = "CoSchedPinScale"
 #: The clause that makes a co-scheduled job match only the slot its pin names.
 PIN_CLAUSE = f"(TARGET.Name =?= MY.{PIN_SLOT_ATTR})"
+
+
+def partitionable_slot_of(slot_name: str) -> str:
+    """``slot2_7@node1@host`` (a dynamic slot) -> ``slot2@node1@host``, its partitionable slot."""
+    head, at, rest = slot_name.partition("@")
+    return head.split("_", 1)[0] + at + rest
 
 
 class JobStatus(enum.IntEnum):
@@ -89,14 +100,22 @@ class Job:
     pinned_cycle: int | None = None
     has_pin_clause: bool = False
     program: str = ""
+    spread: bool = False
     slowdown_threshold: float = 0.9
     remote_slot: str | None = None
+    started_at_s: int | None = None
     attributes: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def uses_device(self) -> bool:
         """A job is co-scheduled on devices when it requests device memory (issue 3)."""
         return self.request.device_memory_mb > 0
+
+    @property
+    def wants_spread(self) -> bool:
+        """A job is spread and shared by Spread-n-Share when it names its program
+        (``+CoSchedProgram``) and requests no device memory (issue 5)."""
+        return self.spread and not self.uses_device
 
     @property
     def is_idle(self) -> bool:
@@ -123,6 +142,7 @@ class Slot:
     free: Resources
     device_name: str | None = None
     cache_id: int | None = None
+    updated_at_s: int = 0
 
     def with_free(self, free: Resources) -> Slot:
         return replace(self, free=free)

@@ -6,6 +6,7 @@ Collector and Schedd objects.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 import classad2
 import htcondor2
 
@@ -13,7 +14,10 @@ from condor_sched.classads import jobs_from_ads, slots_from_ads
 from condor_sched.model import (
     PIN_CLAUSE,
     PIN_CYCLE_ATTR,
+    PIN_LLC_WAYS_ATTR,
+    PIN_MEM_BW_ATTR,
     PIN_ORIGINAL_ATTR,
+    PIN_SCALE_ATTR,
     PIN_SLOT_ATTR,
     JobKey,
     PoolState,
@@ -23,11 +27,11 @@ from condor_sched.model import (
 JOB_PROJECTION = [
     "ClusterId", "ProcId", "GlobalJobId", "Owner", "JobStatus", "QDate", "Cmd", "Requirements",
     "RequestCpus", "RequestMemory", "RequestPhiMemory", "RequestPhiThreads", "RequestLLCWays",
-    "RequestMemBW", "CoSchedProgram", "CoSchedAlpha", "RemoteHost", "MemoryUsage", "ImageSize",
-    PIN_SLOT_ATTR, PIN_CYCLE_ATTR, PIN_ORIGINAL_ATTR,
+    "RequestMemBW", "CoSchedProgram", "CoSchedAlpha", "RemoteHost", "JobCurrentStartDate", "MemoryUsage", "ImageSize",
+    PIN_SLOT_ATTR, PIN_CYCLE_ATTR, PIN_ORIGINAL_ATTR, PIN_LLC_WAYS_ATTR, PIN_MEM_BW_ATTR, PIN_SCALE_ATTR,
 ]
 #: Jobs any condor_sched policy covers (device jobs; spread jobs carry CoSchedProgram).
-COVERED_JOBS = "(RequestPhiMemory > 0)"
+COVERED_JOBS = "(RequestPhiMemory > 0) || (CoSchedProgram =!= undefined)"
 
 
 class PoolUnreachable(RuntimeError):
@@ -123,14 +127,18 @@ class JobEditor:
         if not edited:
             raise LookupError(f"job {job} is gone")
 
-    def pin(self, job: JobKey, slot: str, cycle: int) -> None:
-        # The cycle first: alone it changes nothing about matching.
+    def pin(self, job: JobKey, slot: str, cycle: int, details: Mapping[str, int] | None = None) -> None:
+        # The cycle and a spread proc's ways/bandwidth first: alone they change nothing
+        # about matching. The slot last: that one edit pins the job.
         self._edit(job, PIN_CYCLE_ATTR, str(cycle))
+        for attr, value in (details or {}).items():
+            self._edit(job, attr, str(int(value)))
         self._edit(job, PIN_SLOT_ATTR, classad2.quote(slot))
 
     def unpin(self, job: JobKey) -> None:
         self._edit(job, PIN_SLOT_ATTR, "undefined")
-        self._edit(job, PIN_CYCLE_ATTR, "undefined")
+        for attr in (PIN_CYCLE_ATTR, PIN_LLC_WAYS_ATTR, PIN_MEM_BW_ATTR, PIN_SCALE_ATTR):
+            self._edit(job, attr, "undefined")
 
     def enroll(self, job: JobKey, requirements: str | None) -> None:
         """Give a job submitted without the schedd transform the pin clause: save the

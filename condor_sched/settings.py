@@ -14,6 +14,8 @@ class SettingsError(ValueError):
 @dataclass(frozen=True, slots=True)
 class SidecarSettings:
     policy: str = "knapsack"
+    spread_policy: str = "sns"
+    profile_dir: str = ""
     unpin_age_cycles: int = 3
     cycle_source: str = "negotiator"  # or "interval"
     interval_s: float = 60.0
@@ -23,6 +25,8 @@ class SidecarSettings:
 # knob -> (field of SidecarSettings or PlanSettings, parser)
 _KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
     "COSCHED_POLICY": ("policy", str),
+    "COSCHED_SPREAD_POLICY": ("spread_policy", str),
+    "COSCHED_PROFILE_DIR": ("profile_dir", str),
     "COSCHED_UNPIN_AGE_CYCLES": ("unpin_age_cycles", int),
     "COSCHED_CYCLE_SOURCE": ("cycle_source", str),
     "COSCHED_INTERVAL": ("interval_s", float),
@@ -55,6 +59,9 @@ def settings_from_knobs(knobs: Mapping[str, str]) -> SidecarSettings:
     settings = SidecarSettings(**top, plan=PlanSettings(**plan))  # type: ignore[arg-type]
     if settings.policy not in policy_names():
         raise SettingsError(f"COSCHED_POLICY = {settings.policy!r} is unknown; known: {', '.join(policy_names())}")
+    if settings.spread_policy != "none" and settings.spread_policy not in policy_names():
+        raise SettingsError(f"COSCHED_SPREAD_POLICY = {settings.spread_policy!r} is unknown; "
+                            f"known: none, {', '.join(policy_names())}")
     if settings.cycle_source not in ("negotiator", "interval"):
         raise SettingsError(f"COSCHED_CYCLE_SOURCE = {settings.cycle_source!r}: use negotiator or interval")
     if settings.plan.knapsack_solver not in ("dp", "ortools"):

@@ -8,11 +8,26 @@ point leaves the queue consistent.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Protocol
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
-from condor_sched.model import Job, JobKey, Plan, PoolState, Resources, Slot
+from condor_sched.model import (
+    PIN_LLC_WAYS_ATTR,
+    PIN_MEM_BW_ATTR,
+    PIN_SCALE_ATTR,
+    Assignment,
+    Job,
+    JobKey,
+    JobStatus,
+    Plan,
+    PoolState,
+    Resources,
+    Slot,
+    SlotKind,
+    partitionable_slot_of,
+)
 from condor_sched.policies.base import Policy
 from condor_sched.settings import SidecarSettings
 
@@ -33,8 +48,13 @@ class Enroll:
 
 @dataclass(frozen=True, slots=True)
 class Pin:
+    """A placement to write; ``llc_ways``/``mem_bw_gbs``/``scale_factor`` only for spread procs."""
+
     job: JobKey
     slot: str
+    llc_ways: int | None = None
+    mem_bw_gbs: int | None = None
+    scale_factor: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,13 +65,27 @@ class CycleDecision:
     unpins: tuple[Unpin, ...]
     enrolls: tuple[Enroll, ...]
     pins: tuple[Pin, ...]
-    plan: Plan
+    plans: tuple[Plan, ...]
     skipped: tuple[str, ...] = ()
+
+    @property
+    def unplaced(self) -> int:
+        return sum(len(p.unplaced) for p in self.plans)
 
 
 def covered(job: Job) -> bool:
-    """The jobs the device policies cover: idle jobs that request device memory."""
-    return job.is_idle and job.uses_device
+    """The jobs condor_sched covers: idle jobs that request device memory (device
+    policies) or name their program with +CoSchedProgram (spread policy)."""
+    return job.is_idle and (job.uses_device or job.wants_spread)
+
+
+def _pin_of(assignment: Assignment) -> Pin:
+    d = assignment.details
+    if "llc_ways" not in d:
+        return Pin(assignment.job, assignment.slot)
+    # HTCondor's custom resources are integers: bandwidth rounds up so it is never under-booked.
+    return Pin(assignment.job, assignment.slot, int(d["llc_ways"]), int(math.ceil(float(d["mem_bw_gbs"]))),
+               int(d.get("scale_factor", 1)))
 
 
 def _stale_reason(job: Job, slots: dict[str, Slot], cycle: int, unpin_age: int) -> str | None:
@@ -62,18 +96,36 @@ def _stale_reason(job: Job, slots: dict[str, Slot], cycle: int, unpin_age: int) 
     return None
 
 
-def _reserve(slots: dict[str, Slot], jobs: list[Job]) -> list[Slot]:
-    """Slots with the requests of jobs pinned to them (and not yet matched) taken out."""
+def _started_since_ad(job: Job, slots: dict[str, Slot]) -> str | None:
+    """The slot of a running job that its slot's ad may not show yet (the ad predates the
+    start): its resources are not yet out of the ad's free amounts."""
+    if job.status is not JobStatus.RUNNING or not job.remote_slot or job.started_at_s is None:
+        return None
+    slot = slots.get(partitionable_slot_of(job.remote_slot))
+    return slot.name if slot is not None and job.started_at_s >= slot.updated_at_s else None
+
+
+def _reserve(slots: dict[str, Slot], pinned: list[Job], all_jobs: Iterable[Job]) -> list[Slot]:
+    """Slots with the requests taken out of jobs pinned to them and not yet matched, and of
+    jobs started after the slot's ad was sent (so a stale ad never looks free)."""
     held: dict[str, Resources] = {}
-    for job in jobs:
+    for job in pinned:
         held[job.pinned_slot] = held.get(job.pinned_slot, Resources()) + job.request  # type: ignore[index]
+    for job in all_jobs:
+        name = _started_since_ad(job, slots)
+        if name is not None:
+            held[name] = held.get(name, Resources()) + job.request
     return [s.with_free(s.free - held[s.name]) if s.name in held else s for s in slots.values()]
 
 
 def decide_cycle(state: PoolState, cycle: int, settings: SidecarSettings, policy: Policy,
-                 first_seen: dict[JobKey, int] | None = None) -> CycleDecision:
+                 first_seen: dict[JobKey, int] | None = None, spread_policy: Policy | None = None,
+                 extra: Mapping[str, Any] | None = None) -> CycleDecision:
     """What one cycle does: unpin stale pins, enroll jobs lacking the pin clause, plan the
-    rest of the idle co-scheduled jobs on what is left free, pin what was placed."""
+    rest of the idle co-scheduled jobs on what is left free, pin what was placed.
+
+    Device jobs go to ``policy`` on device slots, spread jobs to ``spread_policy`` on
+    socket slots (left alone when it is None); ``extra`` reaches the policies (profiles)."""
     slots = {s.name: s for s in state.slots}
     jobs = [j for j in state.jobs if covered(j)]
     unpins, kept, to_plan = [], [], []
@@ -85,17 +137,32 @@ def decide_cycle(state: PoolState, cycle: int, settings: SidecarSettings, policy
                 continue
             unpins.append(Unpin(job.key, reason))
         to_plan.append(replace(job, pinned_slot=None, pinned_cycle=None))
+    if spread_policy is None:
+        to_plan = [j for j in to_plan if j.uses_device]
     enrolls = [Enroll(j.key, j.attributes.get("Requirements")) for j in to_plan if not j.has_pin_clause]
-    plan_settings = replace(settings.plan, cycle=cycle, extra={**settings.plan.extra,
+    plan_settings = replace(settings.plan, cycle=cycle, extra={**settings.plan.extra, **(extra or {}),
                                                                "first_seen_cycle": dict(first_seen or {})})
-    plan = policy.plan(to_plan, _reserve(slots, kept), plan_settings)
-    pins = tuple(Pin(a.job, a.slot) for a in plan.assignments)
-    return CycleDecision(cycle, len(jobs), len(kept), tuple(unpins), tuple(enrolls), pins, plan,
+    free = _reserve(slots, kept, state.jobs)
+    plans = [policy.plan([j for j in to_plan if j.uses_device],
+                         [s for s in free if s.kind is SlotKind.DEVICE], plan_settings)]
+    if spread_policy is not None:
+        plans.append(spread_policy.plan([j for j in to_plan if j.wants_spread],
+                                        [s for s in free if s.kind is SlotKind.SOCKET], plan_settings))
+    pins = tuple(_pin_of(a) for p in plans for a in p.assignments)
+    return CycleDecision(cycle, len(jobs), len(kept), tuple(unpins), tuple(enrolls), pins, tuple(plans),
                          tuple(str(s) for s in state.skipped))
 
 
+def pin_details(pin: Pin) -> dict[str, int]:
+    """The sidecar-owned attributes a spread proc carries besides its slot."""
+    if pin.llc_ways is None:
+        return {}
+    return {PIN_LLC_WAYS_ATTR: pin.llc_ways, PIN_MEM_BW_ATTR: pin.mem_bw_gbs or 0,
+            PIN_SCALE_ATTR: pin.scale_factor or 1}
+
+
 class Editor(Protocol):
-    def pin(self, job: JobKey, slot: str, cycle: int) -> None: ...
+    def pin(self, job: JobKey, slot: str, cycle: int, details: Mapping[str, int] | None = None) -> None: ...
     def unpin(self, job: JobKey) -> None: ...
     def enroll(self, job: JobKey, requirements: str | None) -> None: ...
 
@@ -134,7 +201,7 @@ def apply_cycle(decision: CycleDecision, editor: Editor) -> CycleOutcome:
     for p in decision.pins:
         if p.job in failed_enroll:
             continue
-        if attempt(p.job, "pin", lambda p=p: editor.pin(p.job, p.slot, decision.cycle)):
+        if attempt(p.job, "pin", lambda p=p: editor.pin(p.job, p.slot, decision.cycle, pin_details(p))):
             outcome.pinned += 1
             log.info("pinned %s to %s", p.job, p.slot)
     return outcome
@@ -144,9 +211,12 @@ class Sidecar:
     """The loop around read -> decide -> apply -> log."""
 
     def __init__(self, settings: SidecarSettings, policy: Policy, read_state: Callable[[], PoolState],
-                 editor: Editor | None, cycle_end: Callable[[], int | None] | None = None) -> None:
+                 editor: Editor | None, cycle_end: Callable[[], int | None] | None = None,
+                 spread_policy: Policy | None = None, extra: Mapping[str, Any] | None = None) -> None:
         self.settings = settings
         self.policy = policy
+        self.spread_policy = spread_policy
+        self.extra = dict(extra or {})
         self.read_state = read_state
         self.editor = editor  # None: dry run
         self.cycle_end = cycle_end
@@ -160,7 +230,8 @@ class Sidecar:
             self.cycle = 1 + max((j.pinned_cycle or 0 for j in state.jobs), default=0)
         current = {j.key for j in state.jobs if covered(j)}
         self.first_seen = {k: self.first_seen.get(k, self.cycle) for k in current}
-        decision = decide_cycle(state, self.cycle, self.settings, self.policy, self.first_seen)
+        decision = decide_cycle(state, self.cycle, self.settings, self.policy, self.first_seen,
+                                self.spread_policy, self.extra)
         for reason in decision.skipped:
             log.warning("skipped %s", reason)
         if self.editor is None:
@@ -174,7 +245,7 @@ class Sidecar:
         log.info("cycle %d: %d idle co-scheduled jobs seen, %d pins kept, %d pinned, %d unpinned, "
                  "%d enrolled, %d unplaced, %d skipped, %d failed edits, %.3f s",
                  self.cycle, decision.seen, decision.kept, outcome.pinned, outcome.unpinned,
-                 outcome.enrolled, len(decision.plan.unplaced), len(decision.skipped),
+                 outcome.enrolled, decision.unplaced, len(decision.skipped),
                  len(outcome.failed), time.perf_counter() - started)
         self.cycle += 1
         return decision

@@ -2,7 +2,10 @@
 
 A job goes only to a device with no running job (free device memory and threads equal to
 the total) and each device takes at most one job per cycle; jobs in FIFO order (oldest
-first), devices in name order, as HTCondor's matchmaking would without sharing.
+first), devices in name order, as HTCondor's matchmaking would without sharing. FIFO
+already keeps any job from starving (the oldest job takes the next free device), so the
+aging rule of the sharing policies, which may place a starving job on a busy device, is
+not applied: it would break exclusivity.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ class ExclusivePolicy:
 
     def plan(self, jobs: Sequence[Job], slots: Sequence[Slot], settings: PlanSettings) -> Plan:
         t0 = time.perf_counter()
-        considered, dslots, too_big, state, rest = prepare(jobs, slots, settings)
+        considered, dslots, too_big, state, rest = prepare(jobs, slots, settings, aging=False)
         used = {a.slot for a in state.assignments}
         empty = [
             s

@@ -347,14 +347,15 @@ def greedy_fill(
     return {"knapsack_solves": solves, "knapsack_cache_hits": hits, "solver_exact": exact}
 
 
-def prepare(jobs: Sequence[Job], slots: Sequence[Slot], settings: PlanSettings):
-    """The common start of every device plan: select, drop too-big jobs, apply aging."""
+def prepare(jobs: Sequence[Job], slots: Sequence[Slot], settings: PlanSettings, aging: bool = True):
+    """The common start of every device plan: select, drop too-big jobs, apply aging
+    (unless the policy is starvation-free by itself, as FIFO ``exclusive`` is)."""
     dv.check_settings(settings)
     considered = dv.device_jobs(jobs)
     dslots = dv.device_slots(slots)
     ok, too_big = dv.split_too_big(considered, dslots, settings)
     state = dv.DeviceState.start(dslots, settings)
-    rest = dv.place_starving(ok, state, settings)
+    rest = dv.place_starving(ok, state, settings) if aging else sorted(ok, key=dv.job_order)
     return considered, dslots, too_big, state, rest
 
 

@@ -25,7 +25,7 @@ HISTORY_ATTRS = ["ProcId", "JobStatus", "ExitCode", "LastRemoteHost", "JobCurren
 
 def start_sidecar(pool, policy: str, *extra: str, **knobs: str) -> subprocess.Popen:
     env = {**os.environ, **pool.env(pool.info.admin_user), "_CONDOR_COSCHED_POLICY": policy,
-           "_CONDOR_COSCHED_UNPIN_AGE_CYCLES": "4", "_CONDOR_COSCHED_INTERVAL": "5",
+           "_CONDOR_COSCHED_UNPIN_AGE_CYCLES": "8", "_CONDOR_COSCHED_INTERVAL": "5",
            **{f"_CONDOR_{k}": v for k, v in knobs.items()}}
     return subprocess.Popen([sys.executable, "-m", "condor_sched", "run", *extra], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -219,3 +219,11 @@ def test_global_pattern_model_beats_myopic_greedy_on_many_identical_devices() ->
     finally:
         global_cpsat.MAX_MODEL_VARS = old
     assert len(get_policy("global").plan(jobs, slots, s).assignments) == 18
+
+
+def test_exclusive_never_puts_a_starving_job_on_a_busy_device() -> None:
+    busy = device("d0", free=Resources(cpus=3, memory_mb=924, device_memory_mb=4000, device_threads=180))
+    old = [job(i, 500, 60) for i in range(3)]
+    settings = PlanSettings(age_limit_cycles=1, cycle=50, extra={"first_seen_cycle": {j.key: 0 for j in old}})
+    plan = get_policy("exclusive").plan(old, [busy, device("d1")], settings)
+    assert [(a.job.proc, a.slot) for a in plan.assignments] == [(0, "d1")]

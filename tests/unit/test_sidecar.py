@@ -87,9 +87,9 @@ class RecordingEditor:
         if job == self.fail_on:
             raise RuntimeError("schedd said no")
 
-    def pin(self, job, slot, cycle):
+    def pin(self, job, slot, cycle, details=None):
         self._check(job)
-        self.attrs.setdefault(job, {}).update(CoSchedPinCycle=cycle, CoSchedPinSlot=slot)
+        self.attrs.setdefault(job, {}).update(CoSchedPinCycle=cycle, CoSchedPinSlot=slot, **(details or {}))
 
     def unpin(self, job):
         self._check(job)
@@ -125,3 +125,43 @@ def test_knobs_are_parsed_and_bad_values_named():
         settings_from_knobs({"COSCHED_UNPIN_AGE_CYCLES": "soon"})
     with pytest.raises(SettingsError, match="COSCHED_POLICY"):
         settings_from_knobs({"COSCHED_POLICY": "nope"})
+
+
+def test_spread_jobs_go_to_the_spread_policy_and_their_pins_carry_ways_and_bandwidth():
+    from condor_sched.inventory import default_inventory_path, load_inventory, node_slots
+    from condor_sched.policies import get_policy
+    from condor_sched.profiles import ProfileStore, default_profiles_dir
+    from condor_sched.sidecar import pin_details
+
+    slots = tuple(s for n in load_inventory(default_inventory_path()).nodes for s in node_slots(n, "cosched.test"))
+    procs = tuple(device_job(p, request=Resources(cpus=1, memory_mb=64), spread=True, program="MG",
+                             key=JobKey("s", 5, p)) for p in range(4))
+    plain = device_job(9, request=Resources(cpus=1, memory_mb=64), key=JobKey("s", 6, 0))  # not covered
+    dev = device_job(1)
+    d = decide_cycle(PoolState((*procs, plain, dev), slots), 1, SETTINGS, FirstFit(),
+                     spread_policy=get_policy("sns"), extra={"profiles": ProfileStore.load_dir(default_profiles_dir())})
+    by_job = {p.job: p for p in d.pins}
+    assert set(by_job) == {j.key for j in procs} | {dev.key}
+    kinds = {s.name: s.kind for s in slots}
+    assert kinds[by_job[dev.key].slot] is SlotKind.DEVICE and by_job[dev.key].llc_ways is None
+    for j in procs:
+        pin = by_job[j.key]
+        assert kinds[pin.slot] is SlotKind.SOCKET and pin.llc_ways >= 0 and pin.scale_factor in (1, 2, 4, 8)
+        assert set(pin_details(pin)) == {"CoSchedPinLLCWays", "CoSchedPinMemBW", "CoSchedPinScale"}
+    # Without a spread policy the sidecar leaves spread jobs alone.
+    d = decide_cycle(PoolState((*procs, dev), slots), 1, SETTINGS, FirstFit())
+    assert [p.job for p in d.pins] == [dev.key] and d.enrolls == ()
+
+
+def test_a_job_started_after_its_slot_ad_was_sent_still_counts_against_the_slot():
+    ad_time = 1000
+    fresh = replace(slot("slotA"), updated_at_s=ad_time)
+    fresh = replace(fresh, name="slot2@node1@h")
+    running = device_job(1, mem=6000, status=JobStatus.RUNNING, remote_slot="slot2_4@node1@h", started_at_s=ad_time + 3)
+    new = device_job(2, mem=3000)
+    d = decide_cycle(PoolState((running, new), (fresh, slot("slot3@node1@h"))), 1, SETTINGS, FirstFit())
+    assert [p.slot for p in d.pins] == ["slot3@node1@h"]
+    # Once the ad is newer than the start, HTCondor's own free amounts already count it.
+    newer = replace(fresh, updated_at_s=ad_time + 10, free=fresh.free - running.request)
+    d = decide_cycle(PoolState((running, new), (newer,)), 1, SETTINGS, FirstFit())
+    assert d.pins == () 
