@@ -11,13 +11,17 @@ or ``state_dir`` in the node config, or ``$COSCHED_STATE_DIR``)::
 
     DIR/                 root, 0755   created by the agent; refused if not ours or group/other-writable
     DIR/lock             root, 0644   flock()ed (LOCK_EX) around every read-modify-write of requests/
-    DIR/requests/        root, 1777   world-writable + sticky: one file per running device job
+    DIR/requests/        root, 1777   world-writable + sticky: one file per running device or
+                          spread job
         <Cluster>.<Proc>.<slotN_M>.json   written by the hook as the job's user: tmp file +
                           rename under the lock; the sticky bit stops users replacing or deleting
-                          each other's files.  Content: see ``Request``.
+                          each other's files.  Content: see ``Request`` (device job, no "kind" or
+                          kind "device") and ``SpreadRequest`` (kind "spread").
     DIR/devices/<dev>.json  root, 0644   written only by the agent: validated allocations and
                           measured device-memory use, read by the startd cron.
     DIR/killed/<Cluster>.<Proc>.json  root, 0644  why the agent stopped a job.
+    DIR/spread/<request file name>  root, 0644  the agent's watch of a running spread job
+                          (co-runners seen on its socket slot, perf samples) for its run record.
     DIR/agent.heartbeat  root, 0644   rewritten every agent interval (the cron checks its age).
     DIR/hooks.log        root, 0622   the hook appends its reasons here (holds show no stderr).
     DIR/agent.log        root, 0644   the agent's own log.
@@ -66,6 +70,12 @@ SHORT_SLOT_RE = re.compile(r"^slot\d{1,4}(?:_\d{1,6})?$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 ABS_PATH_RE = re.compile(r"^/[A-Za-z0-9_./@+-]{1,4000}$")
 REQUEST_NAME_RE = re.compile(r"^(\d{1,12})\.(\d{1,9})\.(slot\d{1,4}(?:_\d{1,6})?)\.json$")
+# A program name becomes a directory name of the profile store: no '/', no leading '.'.
+PROGRAM_RE = re.compile(r"^(?!\.)[A-Za-z0-9_.+-]{1,64}$")
+SCALE_FACTORS = (1, 2, 4, 8)
+CBM_WIDTH_MAX = 64
+CACHE_ID_MAX = 4095
+MAX_BW_GBS = 100000.0
 
 
 class AdError(ValueError):
@@ -190,6 +200,20 @@ def ad_int(ad: Dict[str, Any], attr: str, low: int, high: int,
     return value
 
 
+def ad_number(ad: Dict[str, Any], attr: str, low: float, high: float) -> float:
+    """A finite number attribute (int or real) within [low, high]; missing gives AdError."""
+    value = ad_get(ad, attr)
+    if value is None:
+        raise AdError(f"attribute {attr} is missing")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise AdError(f"attribute {attr} is not a number")
+    value = float(value)
+    if not math.isfinite(value) or not low <= value <= high:
+        raise AdError(f"attribute {attr}={value if abs(value) < MAX_INT else 'huge'} "
+                      f"is outside [{low:g}, {high:g}]")
+    return value
+
+
 def ad_str(ad: Dict[str, Any], attr: str, pattern: "re.Pattern[str]",
            required: bool = True) -> Optional[str]:
     value = ad_get(ad, attr)
@@ -243,6 +267,9 @@ class SlotConfig:
     device: Optional[str] = None
     device_memory_mb: int = 0
     hardware_threads: int = 0
+    cache_id: Optional[int] = None     # socket slots: the L3 cache id (resctrl schemata key)
+    llc_ways: int = 0                  # socket slots: LLC ways of that cache (0: unknown)
+    mem_bw_gbs: float = 0.0            # socket slots: peak memory bandwidth, GB/s (0: unknown)
 
     @property
     def device_cores(self) -> int:
@@ -273,6 +300,10 @@ class NodeConfig:
     @property
     def devices(self) -> Tuple[SlotConfig, ...]:
         return tuple(s for s in self.slots if s.kind == "device")
+
+    @property
+    def sockets(self) -> Tuple[SlotConfig, ...]:
+        return tuple(s for s in self.slots if s.kind == "socket")
 
 
 def _cfg_int(obj: Dict[str, Any], key: str, low: int, high: int, where: str) -> int:
@@ -315,13 +346,21 @@ def parse_node_config(obj: Any) -> NodeConfig:
                                     _cfg_int(raw, "device_memory_mb", 1, MAX_INT, where),
                                     _cfg_int(raw, "hardware_threads", THREADS_PER_PHI_CORE, 100000, where)))
         elif kind == "socket":
-            slots.append(SlotConfig(slot_id, kind, cores, memory_mb))
+            cache_id = _cfg_int(raw, "cache_id", 0, CACHE_ID_MAX, where) if "cache_id" in raw else None
+            llc_ways = _cfg_int(raw, "llc_ways", 1, CBM_WIDTH_MAX, where) if "llc_ways" in raw else 0
+            mem_bw = raw.get("mem_bw_gbs", 0.0)
+            if isinstance(mem_bw, bool) or not isinstance(mem_bw, (int, float)) \
+                    or not math.isfinite(mem_bw) or not 0 <= mem_bw <= MAX_BW_GBS:
+                raise ConfigError(f"{where}: 'mem_bw_gbs' must be a number in [0, {MAX_BW_GBS:g}]")
+            slots.append(SlotConfig(slot_id, kind, cores, memory_mb, cache_id=cache_id,
+                                    llc_ways=llc_ways, mem_bw_gbs=float(mem_bw)))
         else:
             raise ConfigError(f"{where}: unknown kind")
     ids = [s.slot_id for s in slots]
     names = [s.device for s in slots if s.device]
-    if len(set(ids)) != len(ids) or len(set(names)) != len(names):
-        raise ConfigError("node config: duplicate slot id or device name")
+    cache_ids = [s.cache_id for s in slots if s.cache_id is not None]
+    if len(set(ids)) != len(ids) or len(set(names)) != len(names) or len(set(cache_ids)) != len(cache_ids):
+        raise ConfigError("node config: duplicate slot id, device name or cache id")
     return NodeConfig(node, domain, _cfg_int(obj, "cores", 0, 100000, "node config"),
                       _cfg_int(obj, "memory_mb", 0, MAX_INT, "node config"), tuple(slots), state_dir)
 
@@ -395,7 +434,51 @@ class Request:
 OWNER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 
-def request_from_json(obj: Any, file_name: str) -> Request:
+@dataclass(frozen=True)
+class SpreadRequest:
+    """One spread (SNS) job on a socket slot, as written by the hook and checked by the agent.
+
+    ``llc_ways`` is the job's resctrl group width w on ``cache_id``; ``mem_bw_gbs`` its
+    memory bandwidth share; ``scale`` its scale factor k; ``nodes`` its node count when the
+    sidecar said (0: unknown); ``cpus`` its RequestCpus (= OMP_NUM_THREADS).
+    """
+    cluster: int
+    proc: int
+    slot: str               # node-unique short dynamic slot name, e.g. slot1_3
+    slot_id: int            # the partitionable socket slot's id (the N of slotN_M)
+    cache_id: int
+    llc_ways: int
+    mem_bw_gbs: float
+    program: str
+    scale: int
+    nodes: int
+    cpus: int
+    starter_pid: int
+    starter_start: int
+    scratch_dir: str
+    owner: str
+    kind: str = "spread"
+
+    @property
+    def job(self) -> str:
+        return f"{self.cluster}.{self.proc}"
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.cluster}.{self.proc}.{self.slot}.json"
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"kind": "spread", "job": self.job, "cluster": self.cluster, "proc": self.proc,
+                "slot": self.slot, "slot_id": self.slot_id, "cache_id": self.cache_id,
+                "llc_ways": self.llc_ways, "mem_bw_gbs": self.mem_bw_gbs, "program": self.program,
+                "scale": self.scale, "nodes": self.nodes, "cpus": self.cpus,
+                "starter_pid": self.starter_pid, "starter_start": self.starter_start,
+                "scratch_dir": self.scratch_dir, "owner": self.owner}
+
+
+
+
+def request_from_json(obj: Any, file_name: str) -> "Request | SpreadRequest":
     """Validate a request file's content (hostile: written by a job's user)."""
     match = REQUEST_NAME_RE.match(file_name)
     if not match or not isinstance(obj, dict):
@@ -413,12 +496,33 @@ def request_from_json(obj: Any, file_name: str) -> Request:
             raise ValueError(f"bad '{key}'")
         return value
 
-    request = Request(num("cluster", 0, 10 ** 12 - 1), num("proc", 0, 10 ** 9 - 1),
-                      text("slot", SHORT_SLOT_RE), text("device", DEVICE_RE),
-                      num("memory_mb", 0, MAX_INT), num("threads", 1, 100000),
-                      num("first_core", 0, 25000), num("cores", 1, 25000),
-                      num("starter_pid", 2, 2 ** 22), num("starter_start", 0, 2 ** 62),
-                      text("scratch_dir", ABS_PATH_RE), text("owner", OWNER_RE))
+    kind = obj.get("kind", "device")
+    if kind == "spread":
+        bw = obj.get("mem_bw_gbs")
+        if isinstance(bw, bool) or not isinstance(bw, (int, float)) or not math.isfinite(bw) \
+                or not 0 <= bw <= MAX_BW_GBS:
+            raise ValueError("bad 'mem_bw_gbs'")
+        scale = num("scale", 1, 8)
+        if scale not in SCALE_FACTORS:
+            raise ValueError("bad 'scale'")
+        request: Any = SpreadRequest(
+            num("cluster", 0, 10 ** 12 - 1), num("proc", 0, 10 ** 9 - 1), text("slot", SHORT_SLOT_RE),
+            num("slot_id", 1, 9999), num("cache_id", 0, CACHE_ID_MAX), num("llc_ways", 1, CBM_WIDTH_MAX),
+            float(bw), text("program", PROGRAM_RE), scale, num("nodes", 0, 100000), num("cpus", 1, 100000),
+            num("starter_pid", 2, 2 ** 22), num("starter_start", 0, 2 ** 62),
+            text("scratch_dir", ABS_PATH_RE), text("owner", OWNER_RE))
+        slot_match = SLOT_NAME_RE.match(request.slot + "@")
+        if not slot_match or int(slot_match.group(2)) != request.slot_id:
+            raise ValueError("'slot' is not a dynamic slot of 'slot_id'")
+    elif kind == "device":
+        request = Request(num("cluster", 0, 10 ** 12 - 1), num("proc", 0, 10 ** 9 - 1),
+                          text("slot", SHORT_SLOT_RE), text("device", DEVICE_RE),
+                          num("memory_mb", 0, MAX_INT), num("threads", 1, 100000),
+                          num("first_core", 0, 25000), num("cores", 1, 25000),
+                          num("starter_pid", 2, 2 ** 22), num("starter_start", 0, 2 ** 62),
+                          text("scratch_dir", ABS_PATH_RE), text("owner", OWNER_RE))
+    else:
+        raise ValueError("bad 'kind'")
     if "/../" in request.scratch_dir + "/" or request.file_name != file_name:
         raise ValueError("request content does not match its file name")
     return request
@@ -457,14 +561,15 @@ def process_start_time(pid: int, proc_root: str = "/proc") -> Optional[int]:
         return None
 
 
-def request_is_live(request: Request, proc_root: str = "/proc") -> bool:
+def request_is_live(request: "Request | SpreadRequest", proc_root: str = "/proc") -> bool:
     return process_start_time(request.starter_pid, proc_root) == request.starter_start
 
 
 def read_requests(requests_dir: str, device: Optional[str] = None,
-                  errors: Optional[List[Tuple[str, str]]] = None) -> List[Tuple[Request, os.stat_result]]:
-    """All well-formed request files (optionally of one device); bad ones go to ``errors``."""
-    found: List[Tuple[Request, os.stat_result]] = []
+                  errors: Optional[List[Tuple[str, str]]] = None) -> List[Tuple[Any, os.stat_result]]:
+    """All well-formed request files, device (``Request``) and spread (``SpreadRequest``);
+    with ``device``, only the device requests of that device.  Bad ones go to ``errors``."""
+    found: List[Tuple[Any, os.stat_result]] = []
     for name in sorted(os.listdir(requests_dir)):
         if not REQUEST_NAME_RE.match(name):
             if errors is not None and not name.startswith("."):
@@ -477,7 +582,7 @@ def read_requests(requests_dir: str, device: Optional[str] = None,
             if errors is not None:
                 errors.append((name, str(exc) if isinstance(exc, ValueError) else exc.strerror or "unreadable"))
             continue
-        if device is None or request.device == device:
+        if device is None or (isinstance(request, Request) and request.device == device):
             found.append((request, info))
     return found
 

@@ -9,7 +9,15 @@ range disjoint from the other jobs on that device, and records the allocation in
 agent's state dir (protocol: cosched_node's docstring).  This is COSMIC's node-side role
 (Section IV-D2 of paper 002): no thread oversubscription, thread-to-core affinity, and a
 refusal of any start that would oversubscribe the device even if HTCondor's accounting was
-stale or forged.  Non-device jobs: prints nothing, exits 0.
+stale or forged.
+
+Spread jobs (SNS, paper 000: a job ad with ``CoSchedProgram`` and no ``RequestPhiMemory``,
+on a socket slot): prints an ``Environment`` line with OMP_NUM_THREADS = RequestCpus and,
+when the sidecar pinned it (``CoSchedPinSlot``, ``CoSchedPinLLCWays``, ``CoSchedPinMemBW``,
+``CoSchedPinScale``, optional ``CoSchedPinNodes``), writes a ``SpreadRequest`` (kind
+"spread") for the root node agent, which puts the job in its own resctrl group and records
+its run for piggyback profiling.  The pin must name this node and the socket slot the job
+runs in; every value is range-checked.  Other jobs: prints nothing, exits 0.
 
 Exit codes (HTCondor holds the job with HoldReasonSubCode = code; reasons go to
 DIR/hooks.log, else stderr):
@@ -25,6 +33,7 @@ import os
 import re
 import stat
 import sys
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, TextIO, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -161,6 +170,73 @@ def resolve_slot(machine_ad: Dict[str, object], config: cn.NodeConfig) -> Tuple[
     return short, slot if slot.kind == "device" else None
 
 
+PIN_SLOT_RE = re.compile(r"^slot(\d{1,4})@([A-Za-z0-9_.@-]{1,255})$")
+
+
+@dataclass(frozen=True)
+class SpreadDemand:
+    """What a spread job's ad asks for; ``pinned`` False when the sidecar set no pin."""
+    program: str
+    cpus: int
+    pinned: bool
+    slot_id: int = 0
+    cache_id: int = 0
+    llc_ways: int = 0
+    mem_bw_gbs: float = 0.0
+    scale: int = 0
+    nodes: int = 0
+
+
+def is_spread_job(job_ad: Dict[str, object]) -> bool:
+    return cn.ad_get(job_ad, "CoSchedProgram") is not None and cn.ad_get(job_ad, "RequestPhiMemory") is None
+
+
+def check_pin_slot(pin: str, config: cn.NodeConfig, short_slot: str) -> cn.SlotConfig:
+    """The socket slot config a ``CoSchedPinSlot`` value names; AdError unless it is the
+    partitionable slot (``slotN@node@node.domain``) of this node the job runs in."""
+    match = PIN_SLOT_RE.match(pin)
+    if not match:
+        raise cn.AdError("attribute CoSchedPinSlot is not slotN@host")
+    hosts = match.group(2).split("@")
+    mine = (config.node, f"{config.node}.{config.domain}")
+    if len(hosts) > 2 or any(host not in mine for host in hosts):
+        raise cn.AdError(f"attribute CoSchedPinSlot names another node, not {config.node}")
+    slot_id = int(match.group(1))
+    running = cn.SLOT_NAME_RE.match(short_slot + "@")
+    if not running or int(running.group(2)) != slot_id:
+        raise cn.AdError(f"attribute CoSchedPinSlot names slot{slot_id}, but the job runs in {short_slot}")
+    slot = config.slot(slot_id)
+    if slot is None or slot.kind != "socket":
+        raise cn.AdError(f"attribute CoSchedPinSlot: slot{slot_id} is not a socket slot of {config.node}")
+    if slot.cache_id is None:
+        raise cn.ConfigError(f"socket slot {slot_id} of {config.node} has no cache_id")
+    return slot
+
+
+def spread_demand(job_ad: Dict[str, object], config: cn.NodeConfig, short_slot: str) -> SpreadDemand:
+    """Validate a spread job's program, cpus and pin attributes (all hostile)."""
+    program = cn.ad_str(job_ad, "CoSchedProgram", cn.PROGRAM_RE)
+    if program is None:
+        raise cn.AdError("attribute CoSchedProgram is missing")
+    cpus = cn.ad_int(job_ad, "RequestCpus", 1, 100000, default=1)
+    pin = cn.ad_get(job_ad, "CoSchedPinSlot")
+    if pin is None:
+        return SpreadDemand(program, cpus, False)
+    if not isinstance(pin, str):
+        raise cn.AdError("attribute CoSchedPinSlot is not a string")
+    slot = check_pin_slot(pin, config, short_slot)
+    if slot.cores and cpus > slot.cores:
+        raise Refusal(cn.EXIT_OVERSUBSCRIBED, f"RequestCpus {cpus} > the {slot.cores} cores of slot{slot.slot_id}")
+    ways = cn.ad_int(job_ad, "CoSchedPinLLCWays", 1, slot.llc_ways or cn.CBM_WIDTH_MAX)
+    bw = cn.ad_number(job_ad, "CoSchedPinMemBW", 0.0, slot.mem_bw_gbs or cn.MAX_BW_GBS)
+    scale = cn.ad_int(job_ad, "CoSchedPinScale", 1, 8)
+    if scale not in cn.SCALE_FACTORS:
+        raise cn.AdError(f"attribute CoSchedPinScale={scale} is not one of {cn.SCALE_FACTORS}")
+    nodes = cn.ad_int(job_ad, "CoSchedPinNodes", 1, 100000, default=0) \
+        if cn.ad_get(job_ad, "CoSchedPinNodes") is not None else 0
+    return SpreadDemand(program, cpus, True, slot.slot_id, slot.cache_id or 0, ways, bw, scale, nodes)
+
+
 def job_identity(job_ad: Dict[str, object]) -> Tuple[int, int, str]:
     return (cn.ad_int(job_ad, "ClusterId", 0, 10 ** 12 - 1), cn.ad_int(job_ad, "ProcId", 0, 10 ** 9 - 1),
             cn.ad_str(job_ad, "Owner", cn.OWNER_RE) or "")
@@ -242,6 +318,56 @@ def reserve(state_dir: str, make_request, device: cn.SlotConfig, threads: int, m
     return request
 
 
+def scratch_dir(env: Dict[str, str], cwd: Optional[str]) -> str:
+    scratch = env.get("_CONDOR_SCRATCH_DIR") or (cwd if cwd is not None else os.getcwd())
+    if not cn.ABS_PATH_RE.match(scratch) or "/../" in scratch + "/":
+        raise cn.AdError("scratch directory path has disallowed characters")
+    return scratch
+
+
+def starter(starter_pid: Optional[int]) -> Tuple[int, int]:
+    """(pid, start time) of the starter: the hook's parent process."""
+    parent = os.getppid() if starter_pid is None else starter_pid
+    parent_start = cn.process_start_time(parent)
+    if parent <= 1 or parent_start is None:
+        raise cn.StateError(0, f"starter process {parent} not found in /proc")
+    return parent, parent_start
+
+
+def start_spread(job_ad: Dict[str, object], config: cn.NodeConfig, state_dir: str, short_slot: str,
+                 cluster: int, proc: int, owner: str, env: Dict[str, str], stdout: TextIO,
+                 starter_pid: Optional[int], cwd: Optional[str], log) -> int:
+    """A spread job: thread cap, and (pinned) a request for the agent's resctrl group."""
+    demand = spread_demand(job_ad, config, short_slot)
+    environment = merge_environment(job_ad, [("OMP_NUM_THREADS", str(demand.cpus))])
+    job = f"{cluster}.{proc}"
+    if demand.pinned:
+        scratch = scratch_dir(env, cwd)
+        parent, parent_start = starter(starter_pid)
+        request = cn.SpreadRequest(cluster, proc, short_slot, demand.slot_id, demand.cache_id,
+                                   demand.llc_ways, demand.mem_bw_gbs, demand.program, demand.scale,
+                                   demand.nodes, demand.cpus, parent, parent_start, scratch, owner)
+        write_spread_request(state_dir, request)
+        log(f"job {job} (program {demand.program}, scale {demand.scale}) started on {config.node} "
+            f"slot {short_slot}: {demand.cpus} cpus, {demand.llc_ways} LLC ways on cache "
+            f"{demand.cache_id}, {demand.mem_bw_gbs:g} GB/s")
+    else:
+        log(f"job {job} (program {demand.program}) on {config.node} slot {short_slot} has no "
+            "CoSchedPinSlot: runs without a resctrl group")
+    stdout.write(cn.format_line("Environment", environment) + "\n")
+    stdout.flush()
+    return cn.EXIT_OK
+
+
+def write_spread_request(state_dir: str, request: cn.SpreadRequest) -> None:
+    requests_dir = check_state_dirs(state_dir)
+    with cn.StateLock(state_dir):
+        try:
+            cn.write_json_atomic(requests_dir, request.file_name, request.to_json(), 0o644)
+        except OSError as exc:
+            raise cn.StateError(exc.errno or 0, f"cannot write request {request.file_name}: {exc.strerror}") from None
+
+
 def main(argv: Optional[Sequence[str]] = None, stdin: Optional[object] = None,
          stdout: Optional[TextIO] = None, env: Optional[Dict[str, str]] = None,
          starter_pid: Optional[int] = None, cwd: Optional[str] = None) -> int:
@@ -276,20 +402,19 @@ def main(argv: Optional[Sequence[str]] = None, stdin: Optional[object] = None,
             raise cn.AdError(f"cannot read machine ad: {exc.strerror}") from None
         short_slot, device = resolve_slot(machine_ad, config)
         if device is None:
-            return cn.EXIT_OK
-        where = f"{config.node}/{device.device} ({short_slot})"
+            if not is_spread_job(job_ad):
+                return cn.EXIT_OK
+            where = f"socket slot {config.node} ({short_slot})"
+            return start_spread(job_ad, config, state_dir, short_slot, cluster, proc, owner, env,
+                                stdout, starter_pid, cwd, log)
+        where = f"device {config.node}/{device.device} ({short_slot})"
         demand = device_demand(job_ad, machine_ad, device)
         if demand is None:
             return cn.EXIT_OK
         threads, memory_mb = demand
 
-        scratch = env.get("_CONDOR_SCRATCH_DIR") or (cwd if cwd is not None else os.getcwd())
-        if not cn.ABS_PATH_RE.match(scratch) or "/../" in scratch + "/":
-            raise cn.AdError("scratch directory path has disallowed characters")
-        parent = os.getppid() if starter_pid is None else starter_pid
-        parent_start = cn.process_start_time(parent)
-        if parent <= 1 or parent_start is None:
-            raise cn.StateError(0, f"starter process {parent} not found in /proc")
+        scratch = scratch_dir(env, cwd)
+        parent, parent_start = starter(starter_pid)
 
         def make_request(first: int, cores: int) -> cn.Request:
             return cn.Request(cluster, proc, short_slot, device.device or "", memory_mb, threads,
@@ -312,7 +437,7 @@ def main(argv: Optional[Sequence[str]] = None, stdin: Optional[object] = None,
             f"{memory_mb} MB, cores {request.first_core}-{request.first_core + request.cores - 1}")
         return cn.EXIT_OK
     except Refusal as exc:
-        log(f"job {job} refused on device {where}: {exc}")
+        log(f"job {job} refused on {where}: {exc}")
         return exc.code
     except cn.ConfigError as exc:
         log(f"job {job}: bad node config: {exc}")

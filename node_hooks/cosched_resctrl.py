@@ -14,6 +14,10 @@ ways and percentages are bounded integers; anything else raises :class:`ResctrlE
 When resctrl is absent, or the hardware has no CLOSID left, the job runs ungrouped and the
 reason is logged (``add_job`` returns False).
 
+The node agent calls :meth:`ResctrlManager.sync` every interval with the live jobs: it is
+stateless (the groups on disk and the jobs given are the whole truth), so an agent restart
+or a job ending between intervals needs nothing special.
+
 CLI (the agent may also import the module)::
 
     cosched_resctrl.py [--root /sys/fs/resctrl] [--state FILE] add JOB --ways 0=4,1=4 \
@@ -153,6 +157,8 @@ class ResctrlManager:
         self.state_file = state_file
         self.requests: Dict[str, Dict[int, int]] = {}
         self.mb_requests: Dict[str, Dict[int, int]] = {}
+        self._told: Dict[str, str] = {}   # job -> reason last logged for running ungrouped
+        self._told_no_mba = False
         self.available = os.path.isfile(os.path.join(root, "info", "L3", "cbm_mask")) and os.path.isfile(
             os.path.join(root, "schemata"))
         if not self.available:
@@ -283,10 +289,16 @@ class ResctrlManager:
     def remove_job(self, job: str) -> None:
         """Remove the job's group (its tasks fall back to the default group) and give its
         ways away to the remaining jobs."""
-        path = self.group_dir(job)
         self.requests.pop(job, None)
         self.mb_requests.pop(job, None)
-        if self.available and os.path.isdir(path):
+        self._remove_group(job)
+        if self.available and self.requests:
+            self._write_all(self._masks(self.requests))
+        self._save_state()
+
+    def _remove_group(self, job: str) -> None:
+        path = self.group_dir(job)
+        if self.available and os.path.isdir(path) and not os.path.islink(path):
             try:
                 os.rmdir(path)
             except OSError:
@@ -294,9 +306,108 @@ class ResctrlManager:
                 for name in os.listdir(path):
                     os.unlink(os.path.join(path, name))
                 os.rmdir(path)
-        if self.available and self.requests:
-            self._write_all(self._masks(self.requests))
+
+    def set_tasks(self, job: str, tids: Iterable[int]) -> int:
+        """Write to the group's ``tasks`` the task ids it does not list yet; how many moved."""
+        try:
+            with open(os.path.join(self.group_dir(job), "tasks")) as f:
+                present = {int(x) for x in f.read(1 << 20).split() if x.isdigit()}
+        except OSError:
+            present = set()
+        return self.add_pids(job, sorted({_int("pid", t, 2, PID_MAX) for t in tids} - present))
+
+    def _drop_group(self, job: str, why: str) -> None:
+        try:
+            self._remove_group(job)
+            self.log("job %s: resctrl group %s%s removed (%s)" % (job, GROUP_PREFIX, job, why))
+        except (OSError, ResctrlError) as e:
+            self.log("job %s: cannot remove resctrl group: %s" % (job, getattr(e, "strerror", None) or e))
+
+    def _tell(self, result: Mapping[str, Optional[str]]) -> None:
+        for job in sorted(result):
+            reason = result[job]
+            if reason is None:
+                if self._told.pop(job, None) is not None:
+                    self.log("job %s: now in resctrl group %s%s" % (job, GROUP_PREFIX, job))
+            elif self._told.get(job) != reason:
+                self._told[job] = reason
+                self.log("job %s runs ungrouped: %s" % (job, reason))
+        for job in [j for j in self._told if j not in result]:
+            del self._told[job]
+
+    def sync(self, desired: Mapping[str, Mapping[int, int]],
+             tasks: Optional[Mapping[str, Iterable[int]]] = None,
+             mb_percent: Optional[Mapping[str, Mapping[int, int]]] = None) -> Dict[str, Optional[str]]:
+        """Make our groups match ``desired`` (job -> {cache id: ways}, every live job).
+
+        Removes the groups of jobs no longer given (ended: their ways go to the others),
+        creates the groups of new ones (reclaiming given-away ways; jobs that already have a
+        group keep it first, new jobs are admitted in name order while ways and CLOSIDs
+        last), rewrites every group's masks and adds each job's missing ``tasks``.  Returns
+        job -> None when grouped, else the reason it runs ungrouped (logged once per job and
+        reason).  A job's bad values make it ungrouped, never an exception.
+        """
+        tasks = tasks or {}
+        result: Dict[str, Optional[str]] = {}
+        valid: Dict[str, Tuple[Dict[int, int], Dict[int, int]]] = {}
+        for job in sorted(desired):
+            try:
+                w, _, mb = self.validate(job, desired[job], (), (mb_percent or {}).get(job))
+            except ResctrlError as e:
+                result[str(job)[:100]] = "refused: %s" % e
+                continue
+            valid[job] = (w, mb)
+        if not self.available:   # logged once, when the manager was made
+            self._tell(result)   # the refused ones
+            for job in valid:
+                result[job] = "resctrl absent at %s" % self.root
+            return result
+        existing = set(self.our_groups())
+        for job in sorted(existing - set(valid)):   # ended: free their CLOSIDs first
+            self._drop_group(job, "job ended")
+        existing &= set(valid)
+        accepted: Dict[str, Dict[int, int]] = {}
+        for job in sorted(valid, key=lambda j: (j not in existing, j)):
+            trial = dict(accepted)
+            trial[job] = valid[job][0]
+            try:
+                self._masks(trial)
+            except ResctrlError as e:
+                result[job] = str(e)
+                continue
+            if job not in existing:
+                if self._groups_in_use() >= self.num_closids - 1:
+                    result[job] = "no CLOSID left (%d, the default group included)" % self.num_closids
+                    continue
+                try:
+                    os.mkdir(self.group_dir(job), 0o755)
+                except OSError as e:
+                    why = "no CLOSID left" if e.errno == errno.ENOSPC else "cannot create its group"
+                    result[job] = "%s (mkdir: %s)" % (why, e.strerror)
+                    continue
+                self.log("job %s: resctrl group %s%s created" % (job, GROUP_PREFIX, job))
+            accepted[job] = valid[job][0]
+            result[job] = None
+        for job in sorted(existing - set(accepted)):
+            self._drop_group(job, "job runs ungrouped")
+        self.requests = accepted
+        self.mb_requests = {j: valid[j][1] for j in accepted if valid[j][1]} if self.mba else {}
+        if not self.mba and any(valid[j][1] for j in accepted) and not self._told_no_mba:
+            self._told_no_mba = True
+            self.log("no MBA at %s: memory bandwidth shares are not enforced" % self.root)
+        if accepted:
+            try:
+                self._write_all(self._masks(accepted))
+            except OSError as e:
+                self.log("cannot write resctrl schemata: %s" % e.strerror)
+        for job in accepted:
+            try:
+                self.set_tasks(job, tasks.get(job, ()))
+            except ResctrlError as e:
+                self.log("job %s: tasks not moved: %s" % (job, e))
+        self._tell(result)
         self._save_state()
+        return result
 
     def _masks(self, requests: Mapping[str, Mapping[int, int]]) -> Dict[str, Dict[int, int]]:
         out: Dict[str, Dict[int, int]] = {j: {} for j in requests}

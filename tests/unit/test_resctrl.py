@@ -144,3 +144,24 @@ def test_cli_state_file_keeps_requests_across_runs(root: Path, tmp_path: Path):
     assert rc.main(["--root", str(root), "--state", state, "add", "3.0", "--ways", "0=99999999"]) == 2
     assert rc.main(["--root", str(root), "--state", state, "remove", "1.0"]) == 0
     assert (root / "cosched_2.0" / "schemata").read_text().startswith("L3:0=fffff;")
+
+
+def test_sync_is_stateless_and_refuses_bad_values_without_raising(root: Path):
+    logs: list[str] = []
+    mgr = manager(root, logs)
+    result = mgr.sync({"1.0": {0: 4}, "2.0": {0: 10 ** 30}, "../x": {0: 2}, "3.0": {9: 2}},
+                      tasks={"1.0": [100, 100, 101]}, mb_percent={"1.0": {0: 33}})
+    assert result["1.0"] is None and all(result[j].startswith("refused") for j in ("2.0", "../x", "3.0"))
+    assert mgr.our_groups() == ["1.0"]
+    assert (root / "cosched_1.0" / "tasks").read_text() == "100\n101\n"
+    assert (root / "cosched_1.0" / "schemata").read_text() == "L3:0=fffff;1=80000\nMB:0=40\n"
+    # a new manager (agent restart) sees the same groups; a second job reclaims spare ways
+    again = manager(root, logs)
+    assert again.sync({"1.0": {0: 4}, "2.0": {0: 6}}, tasks={"1.0": [100, 102]}) == {"1.0": None, "2.0": None}
+    assert (root / "cosched_1.0" / "tasks").read_text() == "100\n101\n102\n"
+    assert (root / "cosched_1.0" / "schemata").read_text().startswith("L3:0=1ff;")
+    assert again.sync({}) == {}
+    assert again.our_groups() == []
+    assert sum("runs ungrouped" in m for m in logs) == 3     # each refusal logged once
+    mgr.sync({"2.0": {0: 10 ** 30}})
+    assert sum("runs ungrouped" in m for m in logs) == 3     # ... not again
