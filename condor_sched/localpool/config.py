@@ -19,6 +19,8 @@ HOOKS_DIR = PurePosixPath("/opt/condor_sched/node_hooks")
 NODE_CONFIG_DIR = PurePosixPath("/etc/condor_sched/nodes")
 WRAPPER_DIR = PurePosixPath("/etc/condor_sched/wrappers")
 AGENT_STATE_DIR = PurePosixPath("/var/lib/condor_sched")
+#: Where the node agents' piggyback profiling writes run records (shared by all nodes).
+PROFILE_RUNS_DIR = AGENT_STATE_DIR / "profiles"
 CONDOR_LOG_DIR = PurePosixPath("/var/log/condor")
 CONDOR_EXECUTE_DIR = PurePosixPath("/var/lib/condor/execute")
 PYTHON = "/usr/bin/python3"
@@ -37,6 +39,12 @@ _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,30}$")
 def local_name(index: int) -> str:
     """The startd local name of the ``index``-th node (1-based): NODE1, NODE2, ..."""
     return f"NODE{index}"
+
+
+def probe_dir(node: str) -> PurePosixPath:
+    """The node agent's ``file`` device-memory probe: ``<dir>/<device>/<Cluster>.<Proc>`` holds
+    a job's device memory use in MB (the pool has no real Phi; tests write these files)."""
+    return AGENT_STATE_DIR / "probe" / node
 
 
 def agent_name(index: int) -> str:
@@ -167,7 +175,8 @@ def render_node_daemons(node: Node, index: int, hooks: HookFiles, domain: str = 
         lines += [
             f"{a} = {PYTHON}",
             f"{a}_ARGS = {HOOKS_DIR / NODE_AGENT_SCRIPT} --node-config {conf} "
-            f"--state-dir {AGENT_STATE_DIR / node.name}",
+            f"--state-dir {AGENT_STATE_DIR / node.name} --probe file --probe-dir {probe_dir(node.name)} "
+            f"--profile-dir {PROFILE_RUNS_DIR}",
         ]
     return "\n".join(lines) + "\n"
 

@@ -151,6 +151,8 @@ def _install_config(settings: PoolSettings, inventory: Inventory, hooks: config.
         os.chown(execute, int(condor), int(condor_gid))
         execute.chmod(0o755)
         settings.in_root(config.AGENT_STATE_DIR / node.name).mkdir(parents=True, exist_ok=True)
+        settings.in_root(config.probe_dir(node.name)).mkdir(parents=True, exist_ok=True)
+        settings.in_root(config.PROFILE_RUNS_DIR).mkdir(parents=True, exist_ok=True)
         daemons = config.render_node_daemons(node, i, hooks)
         slots = chroot.in_chroot(root, [config.PYTHON, str(config.HOOKS_DIR / config.DISCOVER_SCRIPT),
                                         "--node-config", str(config.node_config_path(node.name)),

@@ -15,7 +15,7 @@ import pytest
 
 from condor_sched.localpool import chroot
 from condor_sched.localpool.jobs import table1_submit
-from condor_sched.model import PIN_CLAUSE
+from condor_sched.model import partitionable_slot_of
 
 pytestmark = pytest.mark.pool
 
@@ -59,16 +59,11 @@ def wait_cluster_done(pool, cluster: int, timeout_s: float) -> None:
     raise AssertionError(f"cluster {cluster} still has jobs after {timeout_s} s")
 
 
-def device_of(remote_host: str) -> str:
-    """``slot2_3@node1@...`` (the dynamic slot) -> ``slot2@node1@...`` (its device)."""
-    return re.sub(r"^(slot\d+)_\d+@", r"\1@", remote_host)
-
-
 def device_timelines(pool, cluster: int) -> dict[str, list[dict]]:
     history = [dict(a) for a in pool.schedd().history(f"ClusterId == {cluster}", projection=HISTORY_ATTRS)]
     by_device: dict[str, list[dict]] = defaultdict(list)
     for ad in history:
-        by_device[device_of(ad["LastRemoteHost"])].append(ad)
+        by_device[partitionable_slot_of(ad["LastRemoteHost"])].append(ad)
     return by_device
 
 

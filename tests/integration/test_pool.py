@@ -5,6 +5,8 @@ import time
 
 import pytest
 
+from condor_sched.model import partitionable_slot_of
+
 from condor_sched.inventory import default_inventory_path, load_inventory, node_slots
 
 pytestmark = pytest.mark.pool
@@ -79,7 +81,7 @@ def test_pin_protocol_and_device_requests_on_the_real_negotiator(pool):
     assert pool.admin_edit(f"{pinned}.0", "CoSchedPinSlot", f'"{pool.slot(2, "node1")}"') == 1
     for cluster, slot in ((pinned, pool.slot(2, "node1")), (fits_big_device, pool.slot(4, "node3"))):
         ad = pool.wait_for(cluster, lambda a: a["JobStatus"] == COMPLETED, ["LastRemoteHost", "ExitCode"])
-        assert (ad["LastRemoteHost"], ad["ExitCode"]) == (slot, 0)
+        assert (partitionable_slot_of(ad["LastRemoteHost"]), ad["ExitCode"]) == (slot, 0)
 
     from htcondor2 import JobAction
 

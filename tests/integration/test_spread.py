@@ -4,7 +4,9 @@ from __future__ import annotations
 import htcondor2
 import pytest
 
-from test_device_cosched import device_of, start_sidecar, stop, wait_cluster_done
+from test_device_cosched import start_sidecar, stop, wait_cluster_done
+
+from condor_sched.model import partitionable_slot_of
 
 pytestmark = pytest.mark.pool
 
@@ -21,7 +23,7 @@ def run_spread_job(pool, spread_policy: str, procs: int = 4) -> list[dict]:
         output = stop(sidecar)
     history = [dict(a) for a in pool.schedd().history(
         f"ClusterId == {cluster}", projection=["ProcId", "ExitCode", "LastRemoteHost", "CoSchedPinSlot",
-                                               "CoSchedPinScale", "RequestLLCWays", "RequestMemBW"])]
+                                               "CoSchedPinScale", "CoSchedPinLLCWays", "CoSchedPinMemBW"])]
     assert len(history) == procs and all(h["ExitCode"] == 0 for h in history), output[-2000:]
     return history
 
@@ -35,6 +37,6 @@ def test_scaling_program_is_spread_wider_than_compact_exclusive_and_runs_where_p
     compact = run_spread_job(pool, "ce")
     assert len(nodes_of(spread)) > len(nodes_of(compact)) >= 1, (spread, compact)
     for h in spread + compact:
-        assert device_of(h["LastRemoteHost"]) == h["CoSchedPinSlot"], h
+        assert partitionable_slot_of(h["LastRemoteHost"]) == h["CoSchedPinSlot"], h
     # The procs' dynamic slots were accounted the ways and bandwidth the plan chose.
-    assert all(h["CoSchedPinScale"] > 1 and h["RequestLLCWays"] >= 1 for h in spread), spread
+    assert all(h["CoSchedPinScale"] > 1 and h["CoSchedPinLLCWays"] >= 1 for h in spread), spread
