@@ -109,6 +109,17 @@ def plan(queue: Path, machines: Path, policy: str, granularity_mb: int, solver: 
         click.echo(report.plan_text(state, result))
 
 
+def _log_to_file_from_knob() -> None:
+    """Under a condor_master nobody reads stderr: log to COSCHED_LOG when it is set."""
+    import htcondor2
+
+    path = htcondor2.param.get("COSCHED_LOG")
+    if path:
+        handler = logging.FileHandler(path)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger().addHandler(handler)
+
+
 def _profiles(directory: str | Path | None):
     """The profile store of ``directory`` (default examples/profiles); bad files are logged."""
     from condor_sched.profiles import ProfileError, ProfileStore, default_profiles_dir
@@ -156,6 +167,7 @@ def run(once: bool, dry_run: bool, policy: str | None) -> None:
     from condor_sched.settings import settings_from_htcondor
     from condor_sched.sidecar import Sidecar
 
+    _log_to_file_from_knob()
     try:
         settings = settings_from_htcondor()
         if policy:

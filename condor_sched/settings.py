@@ -16,6 +16,7 @@ class SidecarSettings:
     policy: str = "knapsack"
     spread_policy: str = "sns"
     profile_dir: str = ""
+    profile_runs_dir: str = ""
     unpin_age_cycles: int = 3
     cycle_source: str = "negotiator"  # or "interval"
     interval_s: float = 60.0
@@ -27,6 +28,7 @@ _KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
     "COSCHED_POLICY": ("policy", str),
     "COSCHED_SPREAD_POLICY": ("spread_policy", str),
     "COSCHED_PROFILE_DIR": ("profile_dir", str),
+    "COSCHED_PROFILE_RUNS_DIR": ("profile_runs_dir", str),
     "COSCHED_UNPIN_AGE_CYCLES": ("unpin_age_cycles", int),
     "COSCHED_CYCLE_SOURCE": ("cycle_source", str),
     "COSCHED_INTERVAL": ("interval_s", float),

@@ -28,6 +28,7 @@ from condor_sched.model import (
     SlotKind,
     partitionable_slot_of,
 )
+from condor_sched.piggyback import exploration_scales
 from condor_sched.policies.base import Policy
 from condor_sched.settings import SidecarSettings
 
@@ -223,6 +224,16 @@ class Sidecar:
         self.cycle = 0
         self.first_seen: dict[JobKey, int] = {}
 
+    def _extra_for(self, state: PoolState) -> dict[str, Any]:
+        """Policy extras: the profiles, and the piggyback-profiling scale of each spread
+        job's program that has no profile yet (from the node agents' run records)."""
+        if not self.settings.profile_runs_dir or self.spread_policy is None:
+            return self.extra
+        store = self.extra.get("profiles")
+        unknown = {j.program for j in state.jobs
+                   if covered(j) and j.wants_spread and (store is None or j.program not in store)}
+        return {**self.extra, "exploration_scales": exploration_scales(unknown, self.settings.profile_runs_dir)}
+
     def run_cycle(self) -> CycleDecision:
         started = time.perf_counter()
         state = self.read_state()
@@ -231,7 +242,7 @@ class Sidecar:
         current = {j.key for j in state.jobs if covered(j)}
         self.first_seen = {k: self.first_seen.get(k, self.cycle) for k in current}
         decision = decide_cycle(state, self.cycle, self.settings, self.policy, self.first_seen,
-                                self.spread_policy, self.extra)
+                                self.spread_policy, self._extra_for(state))
         for reason in decision.skipped:
             log.warning("skipped %s", reason)
         if self.editor is None:

@@ -39,7 +39,9 @@ nodes drain for it (``settings.extra["sns_block_on_aged"]``, default True).
 Unknown programs (no profile in ``settings.extra["profiles"]``, a ProfileStore) run CE:
 k = 1 on ceil(P/T) whole idle nodes, claiming all ways and bandwidth of every socket they
 use, flagged ``details["profile"] = "missing"`` so that piggyback profiling (Section 4.1)
-can start.
+can start. Its later runs stay exclusive but try the scale factor
+``settings.extra["exploration_scales"][program]`` (k * ceil(P/T) whole nodes; from the node
+agents' run records, condor_sched.piggyback) until spreading stops paying.
 
 Accounting for HTCondor (custom resources LLCWays and MemBW per SOCKET slot): each proc
 is assigned to one socket slot. ``details["llc_ways"]`` and ``details["mem_bw_gbs"]`` are
@@ -339,9 +341,11 @@ def pool_shape(nodes: Sequence[NodeState]) -> tuple[int, int]:
     return t, w
 
 
-def place_ce(job: ClusterJob, nodes: Sequence[NodeState], cores_per_node: int) -> list[NodePlacement] | None:
-    """Compact-exclusive: ceil(P/T) whole idle nodes (in machine order), procs evenly."""
-    n = min(math.ceil(job.cores / cores_per_node), len(job.procs))
+def place_ce(job: ClusterJob, nodes: Sequence[NodeState], cores_per_node: int,
+             scale_factor: int = 1) -> list[NodePlacement] | None:
+    """Compact-exclusive: k * ceil(P/T) whole idle nodes (in machine order), procs evenly
+    (k = 1 is CE proper; k > 1 is a piggyback-profiling run at a wider scale)."""
+    n = min(scale_factor * math.ceil(job.cores / cores_per_node), len(job.procs))
     idle = [nd for nd in nodes if nd.is_idle()]
     job_bundles = bundles(job.procs, n)
     out = []
@@ -396,9 +400,13 @@ class SnsPlanner:
         aged = job.age >= self.settings.age_limit_cycles
         options = self.options(job)
         if options is None:
-            pls = place_ce(job, self.nodes, self.cores_per_node) if self.cores_per_node else None
+            k = int(self.settings.extra.get("exploration_scales", {}).get(job.program.lower(), 1))
+            pls = place_ce(job, self.nodes, self.cores_per_node, k) if self.cores_per_node else None
+            if pls is None and k > 1:  # the wider profiling run does not fit now: plain CE
+                k = 1
+                pls = place_ce(job, self.nodes, self.cores_per_node) if self.cores_per_node else None
             if pls is not None:
-                self.place(job, Option(1, len(pls), Demand(0, 0.0, exclusive=True)), pls, profile="missing", mode="CE")
+                self.place(job, Option(k, len(pls), Demand(0, 0.0, exclusive=True)), pls, profile="missing", mode="CE")
                 return True
             if aged:
                 return self._place_relaxed(job, [Option(1, min(math.ceil(job.cores / max(1, self.cores_per_node)),

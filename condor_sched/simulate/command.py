@@ -8,11 +8,11 @@ import click
 
 from condor_sched.inventory import InventoryError, load_inventory
 from condor_sched.policies.base import PlanSettings, PolicyError
-from condor_sched.simulate.engine import DEFAULT_CYCLE_S, SimulationError, phi_inventory
+from condor_sched.profiles import ProfileError
+from condor_sched.simulate.engine import DEFAULT_CYCLE_S, SimulationError
 from condor_sched.simulate.metrics import PlotError, to_json, write_plots
-from condor_sched.simulate.offload import OffloadModel
-from condor_sched.simulate.study import RunSpec, simulate_report
-from condor_sched.simulate.workloads import DEFAULT_JOBS, WorkloadError, is_builtin
+from condor_sched.simulate.study import simulate_report, spec_for
+from condor_sched.simulate.workloads import WorkloadError, default_jobs, is_builtin
 
 #: Exit codes scripts can rely on.
 EXIT_BAD_INPUT = 2
@@ -23,16 +23,21 @@ class BadInput(click.ClickException):
 
 
 _KEYS = ("makespan_s", "mean_wait_s", "mean_turnaround_s", "mean_slowdown", "throughput",
-         "device_utilization", "memory_oversubscriptions", "thread_oversubscribed_s", "footprint_nodes")
+         "device_utilization", "memory_oversubscriptions", "thread_oversubscribed_s", "footprint_nodes",
+         "mean_run_s", "mean_run_ratio", "alpha_violations", "alpha_violations_total", "core_utilization",
+         "bw_oversubscribed_s", "mean_scale")
 
 
 @click.command("simulate")
 @click.option("--workload", "workload", default="phi-table1", show_default=True,
-              help="phi-table1, phi-uniform, phi-normal, phi-low-skew, phi-high-skew, or a .swf/.yaml path.")
+              help="phi-table1, phi-uniform, phi-normal, phi-low-skew, phi-high-skew, sns-random "
+                   "(paper 000: parallel CPU jobs, profile model, Xeon nodes; policies ce, cs, sns, "
+                   "sns-global), or a .swf/.yaml path.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
-              help=f"Jobs to generate (built-in workloads, default {DEFAULT_JOBS}) or to read (files, default all).")
+              help="Jobs to generate (built-in workloads, default 1000; sns-random 20) or to read (files, default all).")
 @click.option("--nodes", type=click.IntRange(min=1), default=None,
-              help="Nodes: K one-Phi nodes (default 8), or the first K nodes of --inventory (default all).")
+              help="Nodes: K one-Phi (sns-random: dual-Xeon) nodes (default 8), or the first K nodes of "
+                   "--inventory (default all).")
 @click.option("--policy", default="knapsack", show_default=True, help="A registered policy name.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the workload and the policy.")
 @click.option("--inventory", "inventory_path", type=click.Path(dir_okay=False), default=None,
@@ -58,29 +63,31 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
     Example (Table II's MCCK on 8 nodes, 5 s cycles, footprint against MC):
       condor-sched simulate --workload phi-table1 --jobs 1000 --nodes 8 \\
           --policy knapsack --seed 1 --cycle-s 5 --footprint-against exclusive --json
+    Example (paper 000's Section 6.2: 10 random 20-job sequences under SNS):
+      condor-sched simulate --workload sns-random --sequences 10 --policy sns \\
+          --cycle-s 5 --age-limit-cycles 120 --json
     """
     try:
+        inventory = None
         if inventory_path:
             inventory = load_inventory(inventory_path)
-        else:
-            if not is_builtin(workload) and nodes is None:
-                nodes = 8
-            inventory = phi_inventory(nodes or 8)
+        elif not is_builtin(workload) and nodes is None:
+            nodes = 8
         if plot_dir is not None:
             import importlib.util
 
             if importlib.util.find_spec("matplotlib") is None:
                 raise PlotError("--plot needs matplotlib: pip install 'condor-sched[plot]'")
         settings = PlanSettings() if age_limit_cycles is None else PlanSettings(age_limit_cycles=age_limit_cycles)
-        spec = RunSpec(policy, inventory, cycle_s, OffloadModel(), settings)
+        spec = spec_for(workload, policy, cycle_s, settings, inventory, nodes or 8)
         show_bar = sys.stdout.isatty() and not as_json
-        total = (sequences or 1) * (jobs or DEFAULT_JOBS) if is_builtin(workload) else None
+        total = (sequences or 1) * (jobs or default_jobs(workload)) if is_builtin(workload) else None
         bar = click.progressbar(length=total, label="simulating") if show_bar and total else nullcontext()
         with bar as b:
             report, results = simulate_report(
                 workload, jobs, spec, nodes, seed, sequences, footprint_against, record=plot_dir is not None,
                 progress=(b.update if b is not None else None))
-    except (InventoryError, WorkloadError, PolicyError, PlotError, ValueError) as e:
+    except (InventoryError, WorkloadError, PolicyError, PlotError, ProfileError, ValueError) as e:
         raise BadInput(str(e)) from None
     except SimulationError as e:
         click.echo(f"Error: {e}", err=True)
@@ -102,3 +109,7 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
         if key in report:
             value = report[key]
             click.echo(f"  {key:26} {value:.3f}" if isinstance(value, float) else f"  {key:26} {value}")
+
+
+#: The name the CLI group imports (``condor_sched.cli``).
+simulate = simulate_command

@@ -14,6 +14,13 @@ plan (the random policy ignores them); the runtime model serialises offloads, an
 time during which a device's resident jobs ask for more threads than it has is summed in
 ``thread_oversubscribed_s``.
 
+Parallel CPU jobs (paper 000) start whole or not at all: every proc of the job must be
+assigned in the same plan to a SOCKET slot (else its assignments count as
+``invalid_assignments``), and each proc's dynamic slot (1 cpu, its memory, the
+``llc_ways`` and ``mem_bw_gbs`` of the assignment's details) must fit the slot's free
+resources with the job's other procs (else the start is refused, ``refused_starts``).
+The pool-wide runtime of the model (``profile_model.py``) then runs the job.
+
 Cycles in which nothing changed since the previous plan (no arrival, completion or start)
 are not re-planned: a deterministic policy would return the same plan. The exception is
 aging (``PlanSettings.age_limit_cycles``, ``extra["first_seen_cycle"]``, which the engine
@@ -29,15 +36,18 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from condor_sched.inventory import Device, Inventory, Node, Socket, node_slots
-from condor_sched.model import JobKey, Resources, Slot, SlotKind
+from condor_sched.model import Assignment, JobKey, Resources, Slot, SlotKind
 from condor_sched.policies.base import PlanSettings, Policy
 from condor_sched.simulate.offload import DeviceRuntime, OffloadModel, RuntimeModel
+from condor_sched.simulate.profile_model import SocketShare
 from condor_sched.simulate.workloads import SimJob
 
 #: Domain of simulated slot names (slotN@node@node.DOMAIN), as in the local pool.
 SIM_DOMAIN = "sim"
 #: HTCondor's NEGOTIATOR_INTERVAL default.
 DEFAULT_CYCLE_S = 60.0
+#: Bandwidth (GB/s) a socket may appear over-committed by float rounding of the plans.
+BW_TOLERANCE_GBS = 1e-6
 
 # Event order at equal times: device events (offload ends, completions) first, then
 # arrivals, then the negotiation cycle, so a cycle sees everything that happened at its time.
@@ -64,6 +74,20 @@ def phi_inventory(nodes: int) -> Inventory:
         for i in range(nodes)))
 
 
+def xeon_inventory(nodes: int) -> Inventory:
+    """Paper 000's cluster (Section 6.1): ``nodes`` dual Xeon E5-2680 v4 servers.
+
+    Two sockets of 14 cores and 20 LLC ways each, 128 GB, and 118 GB/s of memory
+    bandwidth per node (the STREAM peak, Section 2) split as 59 GB/s per socket.
+    """
+    if nodes < 1:
+        raise ValueError("at least one node")
+    return Inventory(tuple(
+        Node(name=f"xeon{i + 1}", cores=28, memory_mb=131072,
+             sockets=(Socket(0, 20, 59.0), Socket(1, 20, 59.0)))
+        for i in range(nodes)))
+
+
 def first_nodes(inventory: Inventory, nodes: int | None) -> Inventory:
     """The first ``nodes`` nodes of an inventory (all when None): footprint searches shrink it."""
     if nodes is None:
@@ -75,10 +99,18 @@ def first_nodes(inventory: Inventory, nodes: int | None) -> Inventory:
 
 @dataclass(slots=True)
 class JobRecord:
+    """What happened to one job. ``slot`` is a device job's slot; a parallel job has
+    ``allocations`` (socket slot, one proc's dynamic-slot request) per proc, the
+    ``nodes`` it ran on, its ``scale`` and its exclusive run time there."""
+
     job: SimJob
     start_s: float | None = None
     end_s: float | None = None
     slot: str | None = None
+    allocations: tuple[tuple[str, Resources], ...] = ()
+    nodes: int = 0
+    scale: float | None = None
+    exclusive_at_scale_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -106,6 +138,18 @@ class DeviceState:
 
 
 @dataclass(slots=True)
+class SocketState:
+    """A SOCKET slot's resources held by running parallel jobs' procs."""
+
+    slot: Slot
+    used: Resources = field(default_factory=Resources)
+
+    @property
+    def free(self) -> Resources:
+        return self.slot.total - self.used
+
+
+@dataclass(slots=True)
 class RunResult:
     """Everything a simulation produced; ``metrics.py`` turns it into the JSON object."""
 
@@ -120,6 +164,9 @@ class RunResult:
     memory_oversubscriptions: int
     refused_starts: int
     invalid_assignments: int
+    sockets: list[SocketState] = field(default_factory=list)
+    #: The profile model's pool runtime (parallel jobs), else None.
+    pool: object = None
 
 
 class Simulation:
@@ -141,17 +188,28 @@ class Simulation:
         self.records = {j.index: JobRecord(j) for j in jobs}
         if len(self.records) != len(jobs):
             raise ValueError("job indexes repeat")
-        self.by_key: dict[JobKey, SimJob] = {j.key: j for j in jobs}
+        self.by_key: dict[JobKey, SimJob] = {k: j for j in jobs for k in j.proc_keys()}
+        has_device_jobs = any(not j.is_parallel for j in jobs)
+        has_parallel_jobs = any(j.is_parallel for j in jobs)
         self.slots: dict[str, Slot] = {}
         self.devices: dict[str, DeviceState] = {}
+        self.sockets: dict[str, SocketState] = {}
         for node in inventory.nodes:
             for slot in node_slots(node, SIM_DOMAIN):
                 self.slots[slot.name] = slot
-                if slot.kind is SlotKind.DEVICE:
+                if slot.kind is SlotKind.DEVICE and has_device_jobs:
                     self.devices[slot.name] = DeviceState(
                         slot, model.device(slot.total.device_threads, self, record))
-        if not self.devices:
+                elif slot.kind is SlotKind.SOCKET:
+                    self.sockets[slot.name] = SocketState(slot)
+        if has_device_jobs and not self.devices:
             raise SimulationError("the inventory has no device")
+        self.pool = None
+        if has_parallel_jobs:
+            if not hasattr(model, "pool"):
+                raise SimulationError(f"runtime model {model.name!r} cannot run parallel CPU jobs")
+            self.pool = model.pool([s.slot for s in self.sockets.values()],
+                                   max(n.cores for n in inventory.nodes), self, record)
         self._heap: list = []
         self._seq = itertools.count()
         self.now = 0.0
@@ -180,10 +238,14 @@ class Simulation:
         if rec.start_s is None or rec.end_s is not None:
             raise SimulationError(f"job {job.key} finished without running (or twice)")
         rec.end_s = time_s
-        device = self.devices[rec.slot]
-        device.account(time_s)
-        device.used = device.used - job.request
-        del device.resident[job.index]
+        if job.is_parallel:
+            for slot, request in rec.allocations:
+                self.sockets[slot].used = self.sockets[slot].used - request
+        else:
+            device = self.devices[rec.slot]
+            device.account(time_s)
+            device.used = device.used - job.request
+            del device.resident[job.index]
         self.running -= 1
         self.finished += 1
         self.dirty = True
@@ -200,8 +262,8 @@ class Simulation:
     def _free_slots(self) -> list[Slot]:
         slots = []
         for name, slot in self.slots.items():
-            device = self.devices.get(name)
-            slots.append(slot.with_free(device.free) if device else slot)
+            state = self.devices.get(name) or self.sockets.get(name)
+            slots.append(slot.with_free(state.free) if state else slot)
         return slots
 
     def _cycle(self, tick: int, now: float) -> None:
@@ -233,15 +295,19 @@ class Simulation:
 
     def _plan(self, tick: int, now: float) -> None:
         self.plans += 1
-        idle_jobs = [j.to_job() for j in sorted(self.idle.values(), key=lambda j: (j.arrival_s, j.index))]
+        idle_jobs = [p for j in sorted(self.idle.values(), key=lambda j: (j.arrival_s, j.index)) for p in j.to_jobs()]
         for job in idle_jobs:
             self.first_seen_cycle.setdefault(job.key, tick)
         settings = replace(self.base_settings, cycle=tick, seed=self.seed, deterministic=True,
                            extra={**self.base_settings.extra, "first_seen_cycle": self.first_seen_cycle})
         plan = self.policy.plan(idle_jobs, self._free_slots(), settings)
         started = False
+        parallel: dict[int, list[Assignment]] = {}
         for a in plan.assignments:
             job = self.by_key.get(a.job)
+            if job is not None and job.is_parallel:
+                parallel.setdefault(job.index, []).append(a)
+                continue
             device = self.devices.get(a.slot)
             if job is None or job.index not in self.idle or device is None:
                 self.invalid_assignments += 1
@@ -255,7 +321,44 @@ class Simulation:
                 continue
             self._start(job, device, a.slot, now)
             started = True
+        for index, assignments in parallel.items():
+            started = self._start_parallel(self.records[index].job, assignments, now) or started
         self.dirty = started
+
+    def _start_parallel(self, job: SimJob, assignments: list[Assignment], now: float) -> bool:
+        """Start a parallel job whose every proc the plan assigned, if all fit (see above)."""
+        keys = [a.job for a in assignments]
+        if (job.index not in self.idle or sorted(keys) != list(job.proc_keys())
+                or any(a.slot not in self.sockets for a in assignments)):
+            self.invalid_assignments += len(assignments)
+            return False
+        free = {name: s.free for name, s in self.sockets.items()}
+        allocations = []
+        for a in assignments:
+            request = job.request + Resources(llc_ways=int(a.details.get("llc_ways", 0)),
+                                              mem_bw_gbs=float(a.details.get("mem_bw_gbs", 0.0)))
+            left = free[a.slot] - request
+            if (left.cpus < 0 or left.memory_mb < 0 or left.llc_ways < 0
+                    or left.mem_bw_gbs < -BW_TOLERANCE_GBS or request.llc_ways < 0 or request.mem_bw_gbs < 0):
+                self.refused_starts += 1
+                return False
+            free[a.slot] = left
+            allocations.append((a.slot, request))
+        del self.idle[job.index]
+        for slot, request in allocations:
+            self.sockets[slot].used = self.sockets[slot].used + request
+        shares: dict[str, list[int]] = {}
+        for a in assignments:
+            procs_ways = shares.setdefault(a.slot, [0, 0])
+            procs_ways[0] += 1
+            procs_ways[1] = max(procs_ways[1], int(a.details.get("group_llc_ways", a.details.get("llc_ways", 0))))
+        nodes = len({self.slots[s].machine for s in shares})
+        rec = self.records[job.index]
+        rec.start_s, rec.allocations, rec.nodes = now, tuple(allocations), nodes
+        self.running += 1
+        rec.scale, rec.exclusive_at_scale_s = self.pool.admit(
+            job, [SocketShare(s, p, w) for s, (p, w) in sorted(shares.items())], nodes, now)
+        return True
 
     def _start(self, job: SimJob, device: DeviceState, slot: str, now: float) -> None:
         del self.idle[job.index]
@@ -285,7 +388,7 @@ class Simulation:
             devices=list(self.devices.values()), nodes=self.nodes, cycle_s=self.cycle_s,
             makespan_s=makespan, cycles=self.cycles, plans=self.plans,
             memory_oversubscriptions=self.memory_oversubscriptions, refused_starts=self.refused_starts,
-            invalid_assignments=self.invalid_assignments)
+            invalid_assignments=self.invalid_assignments, sockets=list(self.sockets.values()), pool=self.pool)
 
 
 def simulate(jobs: Sequence[SimJob], inventory: Inventory, policy: Policy, **options) -> RunResult:

@@ -6,6 +6,7 @@ the same seed gives byte-identical output.
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -14,10 +15,14 @@ from condor_sched.simulate.engine import RunResult
 
 #: Floats are written with this many significant digits.
 DIGITS = 6
-#: The metrics every run reports (and that ``--sequences`` averages).
+#: The metrics every run of device jobs reports (and that ``--sequences`` averages).
 MEAN_KEYS = ("makespan_s", "mean_wait_s", "mean_turnaround_s", "mean_slowdown", "throughput",
              "device_utilization", "memory_oversubscriptions", "thread_oversubscribed_s",
              "mean_offload_wait_s", "mean_concurrency")
+#: The same for runs of parallel CPU jobs (paper 000).
+PARALLEL_MEAN_KEYS = ("makespan_s", "mean_wait_s", "mean_turnaround_s", "mean_slowdown", "throughput",
+                      "mean_run_s", "mean_run_ratio", "max_run_ratio", "alpha_violations",
+                      "core_utilization", "bw_oversubscribed_s", "mean_scale")
 
 
 def rounded(value: Any) -> Any:
@@ -37,7 +42,7 @@ def to_json(obj: Any) -> str:
 
 
 def run_metrics(result: RunResult) -> dict[str, Any]:
-    """The documented metrics of one run.
+    """The documented metrics of one run (device jobs here, parallel jobs below).
 
     ``mean_slowdown`` is the mean over jobs of turnaround / exclusive run time;
     ``throughput`` is 1 / mean turnaround (per second); ``device_utilization`` is busy
@@ -47,6 +52,8 @@ def run_metrics(result: RunResult) -> dict[str, Any]:
     ``mean_concurrency`` is the time-average number of jobs resident on a device.
     """
     jobs = result.jobs
+    if result.pool is not None:
+        return parallel_metrics(result)
     n = len(jobs)
     waits = [r.start_s - r.job.arrival_s for r in jobs]
     turnarounds = [r.end_s - r.job.arrival_s for r in jobs]
@@ -79,8 +86,58 @@ def run_metrics(result: RunResult) -> dict[str, Any]:
     }
 
 
+def parallel_metrics(result: RunResult) -> dict[str, Any]:
+    """The metrics of a run of parallel CPU jobs (paper 000).
+
+    ``throughput`` is 1 / mean turnaround, the reciprocal of the average submit-to-finish
+    time (Section 6.2); ``mean_run_s`` the mean start-to-finish time; ``mean_run_ratio``
+    the geometric mean, and ``max_run_ratio`` the maximum, over jobs of run time / the
+    profile's compact-exclusive (k = 1) run time (Fig. 16 normalises to CE); ``alpha_violations``
+    counts jobs whose run time exceeded that exclusive time / alpha (Section 6.2: 136 of
+    720 beyond 1.1); ``core_utilization`` busy proc-seconds over the pool's cores times
+    the makespan; ``bw_oversubscribed_s`` socket-seconds with bandwidth demand over the
+    socket's peak; ``mean_scale`` the mean scale factor k the jobs ran at.
+    """
+    jobs = result.jobs
+    n = len(jobs)
+    waits = [r.start_s - r.job.arrival_s for r in jobs]
+    turnarounds = [r.end_s - r.job.arrival_s for r in jobs]
+    runs = [r.end_s - r.start_s for r in jobs]
+    ratios = [run / r.job.exclusive_runtime_s for run, r in zip(runs, jobs)]
+    violations = sum(run > r.job.exclusive_runtime_s / r.job.alpha * (1 + 1e-9) for run, r in zip(runs, jobs))
+    makespan = result.makespan_s
+    cores = sum(s.slot.total.cpus for s in result.sockets)
+    busy = sum(run * r.job.procs for run, r in zip(runs, jobs))
+    mean_turnaround = sum(turnarounds) / n
+    return {
+        "jobs": n,
+        "nodes": result.nodes,
+        "sockets": len(result.sockets),
+        "procs": sum(r.job.procs for r in jobs),
+        "policy": result.policy,
+        "cycle_s": result.cycle_s,
+        "makespan_s": makespan,
+        "mean_wait_s": sum(waits) / n,
+        "mean_turnaround_s": mean_turnaround,
+        "mean_slowdown": sum(t / r.job.exclusive_runtime_s for t, r in zip(turnarounds, jobs)) / n,
+        "throughput": 1.0 / mean_turnaround if mean_turnaround > 0 else 0.0,
+        "mean_run_s": sum(runs) / n,
+        "mean_run_ratio": math.exp(sum(math.log(x) for x in ratios) / n),
+        "max_run_ratio": max(ratios),
+        "alpha_violations": violations,
+        "core_utilization": busy / (cores * makespan) if cores and makespan > 0 else 0.0,
+        "bw_oversubscribed_s": result.pool.bw_oversubscribed_s,
+        "mean_scale": sum(r.scale for r in jobs) / n,
+        "refused_starts": result.refused_starts,
+        "invalid_assignments": result.invalid_assignments,
+        "cycles": result.cycles,
+        "plans": result.plans,
+    }
+
+
 def mean_metrics(runs: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    return {k: sum(float(r[k]) for r in runs) / len(runs) for k in MEAN_KEYS}
+    keys = PARALLEL_MEAN_KEYS if "alpha_violations" in runs[0] else MEAN_KEYS
+    return {k: sum(float(r[k]) for r in runs) / len(runs) for k in keys}
 
 
 def concurrency_histogram(result: RunResult) -> dict[int, float]:

@@ -20,8 +20,8 @@ not depend on the offload fraction, so two one-dimensional fits suffice:
 ``OFFLOAD_FRACTION`` = 0.5 / (utilisation simulated with fraction 1). The shared
 configurations (random, knapsack, global) are then predictions, not fits.
 
-The hook for a profile-driven model (Spread-n-Share, a later issue) is
-:class:`ProfileDrivenModel`: the same two calls, with co-runner-dependent speeds.
+Parallel CPU jobs (Spread-n-Share, paper 000) run under the profile-driven model of
+``profile_model.py`` instead, with co-runner-dependent speeds.
 """
 from __future__ import annotations
 
@@ -152,25 +152,6 @@ class OffloadModel:
 
     def device(self, hardware_threads: int, clock: Clock, record: bool = False) -> OffloadDevice:
         return OffloadDevice(hardware_threads, clock, record)
-
-
-@dataclass(frozen=True, slots=True)
-class ProfileDrivenModel:
-    """Hook for a profile-driven runtime model (Spread-n-Share, a later issue).
-
-    To implement: ``device()`` returns a DeviceRuntime whose ``admit`` looks up the job's
-    profile (e.g. solo run time and its slowdown as a function of co-runners' cache and
-    bandwidth use), and which, whenever its set of running jobs changes, recomputes every
-    running job's progress rate and reschedules its end through ``clock.schedule``
-    (ignoring superseded events by a per-job version number), then calls
-    ``clock.job_finished``. The engine, the policies and the metrics need no change.
-    """
-
-    profiles: object = None
-    name: str = "profile"
-
-    def device(self, hardware_threads: int, clock: Clock, record: bool = False) -> DeviceRuntime:
-        raise NotImplementedError("the profile-driven runtime model is a later issue (Spread-n-Share)")
 
 
 MODELS: dict[str, Callable[[], RuntimeModel]] = {"offload": OffloadModel}

@@ -5,15 +5,16 @@ Shared by the ``simulate`` command and ``scripts/reproduce``.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from condor_sched.inventory import Inventory
 from condor_sched.policies.base import PlanSettings, get_policy
-from condor_sched.simulate.engine import DEFAULT_CYCLE_S, RunResult, first_nodes, simulate
+from condor_sched.simulate.engine import DEFAULT_CYCLE_S, RunResult, first_nodes, phi_inventory, simulate, xeon_inventory
 from condor_sched.simulate.metrics import mean_metrics, run_metrics
-from condor_sched.simulate.offload import RuntimeModel
-from condor_sched.simulate.workloads import SimJob, Workload, load_workload
+from condor_sched.simulate.offload import OffloadModel, RuntimeModel
+from condor_sched.simulate.profile_model import ProfileDrivenModel
+from condor_sched.simulate.workloads import SimJob, Workload, default_profiles, is_parallel_workload, load_workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,19 @@ class RunSpec:
     cycle_s: float = DEFAULT_CYCLE_S
     model: RuntimeModel | None = None
     settings: PlanSettings | None = None
+
+
+def spec_for(workload: str, policy: str, cycle_s: float = DEFAULT_CYCLE_S, settings: PlanSettings | None = None,
+             inventory: Inventory | None = None, nodes: int = 8) -> RunSpec:
+    """The default pool and model of a workload: ``sns-random`` runs the profile model on
+    ``nodes`` Xeon nodes with the 12 profiles in ``settings.extra["profiles"]``; device
+    workloads run the offload model on ``nodes`` one-Phi nodes."""
+    settings = settings or PlanSettings()
+    if is_parallel_workload(workload):
+        store = default_profiles()
+        settings = replace(settings, extra={**settings.extra, "profiles": store})
+        return RunSpec(policy, inventory or xeon_inventory(nodes), cycle_s, ProfileDrivenModel(store), settings)
+    return RunSpec(policy, inventory or phi_inventory(nodes), cycle_s, OffloadModel(), settings)
 
 
 def run(jobs: Sequence[SimJob], spec: RunSpec, nodes: int | None, seed: int, *, record: bool = False,
@@ -93,8 +107,11 @@ def simulate_report(workload_name: str, jobs: int | None, spec: RunSpec, nodes: 
     if sequences is None:
         report = dict(runs[0])
     else:
-        report = {**{k: runs[0][k] for k in ("jobs", "nodes", "devices", "policy", "cycle_s")},
+        report = {**{k: runs[0][k] for k in ("jobs", "nodes", "devices", "sockets", "policy", "cycle_s")
+                     if k in runs[0]},
                   **mean_metrics(runs), "sequences": runs}
+        if "alpha_violations" in runs[0]:
+            report["alpha_violations_total"] = sum(r["alpha_violations"] for r in runs)
         if footprint_against is not None:
             found = [r["footprint_nodes"] for r in runs if r["footprint_nodes"] is not None]
             report["footprint_against"] = footprint_against

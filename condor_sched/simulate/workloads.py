@@ -1,11 +1,14 @@
 """Simulated workloads: Table I of paper 002, the four Section V-B distributions, SWF and YAML.
 
 Every workload is a tuple of :class:`SimJob` records. A job carries what the planners see
-(device memory and threads, as in a submit file) and what only the runtime model sees
-(exclusive run time, offload fraction and offload count, see ``offload.py``).
+(device memory and threads, or a parallel job's processes and program, as in a submit
+file) and what only the runtime model sees (exclusive run time, offload fraction and
+offload count, see ``offload.py``; a parallel job's profile, see ``profile_model.py``).
 
 Built-in names (``load_workload``): ``phi-table1``, ``phi-uniform``, ``phi-normal``,
-``phi-low-skew``, ``phi-high-skew``; any other name is a path to a ``.swf`` or ``.yaml`` file.
+``phi-low-skew``, ``phi-high-skew`` (device jobs of paper 002); ``sns-random`` (paper
+000's Section 6.2 sequences of parallel CPU jobs, :func:`sns_random_jobs`); any other name
+is a path to a ``.swf`` or ``.yaml`` file (device jobs).
 
 YAML workload format (one mapping with a ``jobs`` list; units in the key names)::
 
@@ -21,6 +24,7 @@ YAML workload format (one mapping with a ``jobs`` list; units in the key names):
 """
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass
@@ -30,6 +34,7 @@ from typing import Any, Callable, Sequence
 import yaml
 
 from condor_sched.model import Job, JobKey, JobStatus, Resources, Skipped
+from condor_sched.profiles import ProfileStore, default_profiles_dir
 from condor_sched.simulate import offload
 
 #: The schedd name of every simulated job (JobKey.schedd).
@@ -43,6 +48,10 @@ MEMORY_STEP_MB = 50
 #: Section V-B: one resource level r in [0, 1] sets memory and threads together.
 MIN_MEMORY_MB, MAX_MEMORY_MB = 300, 3400
 MIN_THREADS, MAX_THREADS, THREAD_STEP = 60, 240, 60
+#: Host memory each process of a parallel job requests (well within a socket slot's share).
+PROC_MEMORY_MB = 1024
+#: Device jobs are the procs of cluster 1; parallel job i is cluster i + PARALLEL_CLUSTER_OFFSET.
+PARALLEL_CLUSTER_OFFSET = 2
 
 
 class WorkloadError(ValueError):
@@ -51,7 +60,13 @@ class WorkloadError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class SimJob:
-    """One simulated job: its request (what a policy sees) and its runtime parameters."""
+    """One simulated job: its request (what a policy sees) and its runtime parameters.
+
+    A device job (``procs == 0``, paper 002) is one proc asking for device memory and
+    threads. A parallel CPU job (``procs >= 1``, paper 000) is an HTCondor cluster of
+    ``procs`` one-core procs running ``program`` with slowdown threshold ``alpha``; its
+    ``exclusive_runtime_s`` is the profile's compact-exclusive (k = 1) run time.
+    """
 
     index: int
     program: str
@@ -61,13 +76,29 @@ class SimJob:
     arrival_s: float = 0.0
     offload_fraction: float = offload.OFFLOAD_FRACTION
     offloads: int = 10
+    procs: int = 0
+    alpha: float = 0.9
+
+    @property
+    def is_parallel(self) -> bool:
+        return self.procs > 0
 
     @property
     def key(self) -> JobKey:
+        """A device job's key; a parallel job's procs are :meth:`proc_keys`."""
         return JobKey(SIM_SCHEDD, 1, self.index)
+
+    def proc_keys(self) -> tuple[JobKey, ...]:
+        if not self.is_parallel:
+            return (self.key,)
+        cluster = self.index + PARALLEL_CLUSTER_OFFSET
+        return tuple(JobKey(SIM_SCHEDD, cluster, p) for p in range(self.procs))
 
     @property
     def request(self) -> Resources:
+        """What one proc asks of its slot before the policy adds ways and bandwidth."""
+        if self.is_parallel:
+            return Resources(cpus=1, memory_mb=PROC_MEMORY_MB)
         return Resources(cpus=HOST_CPUS, memory_mb=HOST_MEMORY_MB,
                          device_memory_mb=self.device_memory_mb, device_threads=self.device_threads)
 
@@ -76,10 +107,11 @@ class SimJob:
         """Busy device-thread-seconds this job needs under the offload model."""
         return self.exclusive_runtime_s * self.offload_fraction * self.device_threads
 
-    def to_job(self) -> Job:
-        """The idle job record the policies see (the same record the sidecar builds)."""
-        return Job(key=self.key, owner="sim", status=JobStatus.IDLE, request=self.request,
-                   submitted_at_s=int(self.arrival_s), program=self.program)
+    def to_jobs(self) -> tuple[Job, ...]:
+        """The idle proc records the policies see (the same records the sidecar builds)."""
+        return tuple(Job(key=k, owner="sim", status=JobStatus.IDLE, request=self.request,
+                         submitted_at_s=int(self.arrival_s), program=self.program,
+                         slowdown_threshold=self.alpha) for k in self.proc_keys())
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,24 +366,66 @@ def read_yaml(path: str | Path, limit: int | None = None) -> Workload:
     return Workload(str(path), tuple(jobs))
 
 
+# --- Spread-n-Share (paper 000) -----------------------------------------------------------
+
+#: Section 6.2 of paper 000: 20 jobs per sequence, 16 or 28 processes each.
+SNS_JOBS = 20
+SNS_PROCS = (16, 28)
+SNS_ALPHA = 0.9
+
+
+@functools.lru_cache(maxsize=1)
+def default_profiles() -> ProfileStore:
+    """The 12 programs of paper 000 (examples/profiles), loaded once per process."""
+    store = ProfileStore.load_dir(default_profiles_dir())
+    if not len(store):
+        raise WorkloadError(f"{default_profiles_dir()}: no usable profile ({store.skipped})")
+    return store
+
+
+def sns_random_jobs(n: int, seed: int, store: ProfileStore | None = None) -> tuple[SimJob, ...]:
+    """Section 6.2's random sequence: ``n`` jobs, program uniform over the store's programs
+    (sorted by name), 16 or 28 processes with equal odds, all submitted at 0, alpha 0.9."""
+    store = store or default_profiles()
+    programs = sorted(p.program for p in store.profiles.values())
+    rng = random.Random(seed)
+    jobs = []
+    for i in range(n):
+        profile = store.get(programs[rng.randrange(len(programs))])
+        procs = SNS_PROCS[rng.randrange(len(SNS_PROCS))]
+        jobs.append(SimJob(i, profile.program, 0, 0, profile.runtime_s[1], procs=procs, alpha=SNS_ALPHA))
+    return tuple(jobs)
+
+
 # --- names --------------------------------------------------------------------------------
 
 BUILTIN: dict[str, Callable[[int, int], tuple[SimJob, ...]]] = {
     "phi-table1": table1_jobs,
     **{f"phi-{d}": (lambda n, seed, d=d: distribution_jobs(d, n, seed)) for d in DISTRIBUTIONS},
+    "sns-random": sns_random_jobs,
 }
-#: Jobs of a built-in workload when ``--jobs`` is not given (Table II's 1000).
+#: Built-in workloads of parallel CPU jobs (run with the profile model on Xeon nodes).
+PARALLEL_WORKLOADS = ("sns-random",)
+#: Jobs of a built-in workload when ``--jobs`` is not given (Table II's 1000; paper 000's 20).
 DEFAULT_JOBS = 1000
+
+
+def default_jobs(name: str) -> int:
+    return SNS_JOBS if name in PARALLEL_WORKLOADS else DEFAULT_JOBS
 
 
 def is_builtin(name: str) -> bool:
     return name in BUILTIN
 
 
+def is_parallel_workload(name: str) -> bool:
+    return name in PARALLEL_WORKLOADS
+
+
 def load_workload(name: str, jobs: int | None, seed: int) -> Workload:
     """A built-in workload of ``jobs`` jobs, or the first ``jobs`` of a .swf/.yaml file."""
     if name in BUILTIN:
-        return Workload(name, BUILTIN[name](DEFAULT_JOBS if jobs is None else jobs, seed))
+        return Workload(name, BUILTIN[name](default_jobs(name) if jobs is None else jobs, seed))
     suffix = Path(name).suffix.lower()
     if suffix == ".swf":
         return read_swf(name, jobs)
