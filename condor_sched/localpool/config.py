@@ -176,7 +176,7 @@ def render_node_daemons(node: Node, index: int, hooks: HookFiles, domain: str = 
             f"{a} = {PYTHON}",
             f"{a}_ARGS = {HOOKS_DIR / NODE_AGENT_SCRIPT} --node-config {conf} "
             f"--state-dir {AGENT_STATE_DIR / node.name} --probe file --probe-dir {probe_dir(node.name)} "
-            f"--profile-dir {PROFILE_RUNS_DIR}",
+            f"--profile-dir {PROFILE_RUNS_DIR} --interval 2",
         ]
     return "\n".join(lines) + "\n"
 

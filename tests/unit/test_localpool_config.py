@@ -208,7 +208,7 @@ def test_node_daemons_point_every_hook_at_the_node_config():
     assert lines["COSCHED_AGENT2_ARGS"] == ("/opt/condor_sched/node_hooks/cosched_node_agent.py --node-config "
                                             "/etc/condor_sched/nodes/node2.json --state-dir /var/lib/condor_sched/node2 "
                                             "--probe file --probe-dir /var/lib/condor_sched/probe/node2 "
-                                            "--profile-dir /var/lib/condor_sched/profiles")
+                                            "--profile-dir /var/lib/condor_sched/profiles --interval 2")
     wrapper = config.render_starter_wrapper("node2", config.HookFiles())
     assert "export COSCHED_NODE_CONFIG=/etc/condor_sched/nodes/node2.json" in wrapper
     assert "export _CONDOR_STARTER_LOG=/var/log/condor/StarterLog.node2" in wrapper

@@ -1,0 +1,64 @@
+"""The condor-sched commands on the bundled snapshot (click's CliRunner, no pool)."""
+import json
+
+from click.testing import CliRunner
+
+from condor_sched.cli import DEFAULT_SNAPSHOT, main
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_plan_json_is_one_object_with_assignments_on_device_slots():
+    result = run("plan", "--json")
+    assert result.exit_code == 0
+    out = json.loads(result.output)
+    assert out["policy"] == "knapsack" and out["skipped"] == []
+    assert len(out["assignments"]) + len(out["unplaced"]) == 40
+    assert all(a["schedd"] and a["job"].count(".") == 1 and a["slot"].startswith("slot") for a in out["assignments"])
+
+
+def test_global_places_at_least_as_many_as_knapsack_on_the_snapshot():
+    greedy = json.loads(run("plan", "--json").output)
+    best = json.loads(run("plan", "--json", "--policy", "global", "--time-limit", "1").output)
+    assert len(best["assignments"]) >= len(greedy["assignments"])
+
+
+def test_readable_plan_shows_per_device_use():
+    result = run("plan", "--policy", "exclusive")
+    assert result.exit_code == 0
+    assert "policy exclusive: 6 placed" in result.output and "planned mem/threads" in result.output
+
+
+def test_bad_snapshot_exits_2_naming_the_file(tmp_path):
+    bad = tmp_path / "queue.json"
+    bad.write_text("[{")
+    result = CliRunner().invoke(main, ["plan", "--queue", str(bad), "--machines",
+                                       str(DEFAULT_SNAPSHOT / "machines.json")])
+    assert result.exit_code == 2 and "queue.json: bad JSON at line 1" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_malformed_job_is_skipped_and_reported(tmp_path):
+    jobs = json.loads((DEFAULT_SNAPSHOT / "queue.json").read_text())
+    jobs[0]["RequestPhiThreads"] = "lots"
+    queue = tmp_path / "queue.json"
+    queue.write_text(json.dumps(jobs))
+    out = json.loads(run("plan", "--json", "--queue", str(queue), "--machines",
+                         str(DEFAULT_SNAPSHOT / "machines.json")).output)
+    assert len(out["skipped"]) == 1 and "RequestPhiThreads" in out["skipped"][0]["reason"]
+    assert len(out["assignments"]) + len(out["unplaced"]) == 39
+
+
+def test_show_lists_idle_jobs_and_devices():
+    out = json.loads(run("show", "--json").output)
+    assert len(out["idle_jobs"]) == 40 and sum(s["kind"] == "device" for s in out["slots"]) == 6
+
+
+def test_pool_up_refuses_without_root(monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    result = CliRunner().invoke(main, ["pool", "up"])
+    assert result.exit_code != 0 and "root" in result.output

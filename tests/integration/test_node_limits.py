@@ -1,0 +1,37 @@
+"""COSMIC-like limits on the real pool: the node agent stops a job over its device memory."""
+from __future__ import annotations
+
+import json
+import time
+
+import htcondor2
+import pytest
+
+pytestmark = pytest.mark.pool
+
+
+def test_job_over_its_device_memory_is_stopped_and_the_reason_recorded(pool):
+    slot = pool.slot(2, "node1")
+    cluster = pool.submit(request_PhiMemory="500", request_PhiThreads="60", arguments="120")
+    assert pool.admin_edit(f"{cluster}.0", "CoSchedPinSlot", f'"{slot}"') == 1
+    pool.wait_for(cluster, lambda a: a["JobStatus"] == 2, ["RemoteHost"], timeout_s=60)
+    root = pool.info.root
+    state = root / "var/lib/condor_sched/node1"
+    # The PREPARE_JOB hook registered the job with the agent, with its thread cap and cores.
+    deadline = time.monotonic() + 30
+    while not list((state / "requests").glob(f"{cluster}.0.*.json")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    request = json.loads(next((state / "requests").glob(f"{cluster}.0.*.json")).read_text())
+    assert request["device"] == "mic0" and request["threads"] == 60
+    # The device reports 900 MB used by the job: over its 500 MB request.
+    probe = root / "var/lib/condor_sched/probe/node1/mic0"
+    probe.mkdir(parents=True, exist_ok=True)
+    (probe / f"{cluster}.0").write_text("900\n")
+    started = time.monotonic()
+    ad = pool.wait_for(cluster, lambda a: a["JobStatus"] in (3, 4, 5),
+                       ["ExitBySignal", "ExitSignal", "HoldReason"], timeout_s=90)
+    assert time.monotonic() - started < 60  # long before its 120 s sleep would end
+    record = json.loads((state / "killed" / f"{cluster}.0.json").read_text())
+    assert "900" in json.dumps(record) and "500" in json.dumps(record)
+    if ad["JobStatus"] != 4:
+        pool.schedd().act(htcondor2.JobAction.Remove, f"ClusterId == {cluster}")
