@@ -30,9 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from condor_sched.model import Resources, Slot, SlotKind
+from condor_sched.yamlio import checked_number, load_yaml
 
 NODE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 DEVICE_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
@@ -86,16 +85,7 @@ class Inventory:
 
 
 def _number(where: str, raw: dict[str, Any], key: str, kind: type, minimum: float, default: Any = None) -> Any:
-    if key not in raw:
-        if default is None:
-            raise InventoryError(f"{where}: missing '{key}'")
-        return default
-    value = raw[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
-        raise InventoryError(f"{where}: '{key}' must be {'an integer' if kind is int else 'a number'}, got {value!r}")
-    if value < minimum:
-        raise InventoryError(f"{where}: '{key}' must be >= {minimum}, got {value!r}")
-    return kind(value)
+    return checked_number(where, raw, key, kind, minimum, InventoryError, default)
 
 
 def _parse_node(where: str, raw: Any) -> Node:
@@ -166,14 +156,7 @@ def parse_inventory(data: Any, source: str = "<inventory>") -> Inventory:
 
 
 def load_inventory(path: str | Path) -> Inventory:
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise InventoryError(f"{path}: cannot read: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise InventoryError(f"{path}: not valid YAML: {e}") from None
-    return parse_inventory(data, str(path))
+    return parse_inventory(load_yaml(path, InventoryError), str(path))
 
 
 def default_inventory_path() -> Path:

@@ -45,9 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import yaml
-
 from condor_sched.model import Skipped
+from condor_sched.yamlio import load_yaml
 
 SCALE_FACTORS = (1, 2, 4, 8)
 NEUTRAL_SPREAD = 0.05
@@ -201,14 +200,7 @@ def parse_profile(data: Any, source: str = "<profile>") -> Profile:
 
 
 def load_profile(path: str | Path) -> Profile:
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise ProfileError(f"{path}: cannot read: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise ProfileError(f"{path}: not valid YAML: {e}") from None
-    return parse_profile(data, str(path))
+    return parse_profile(load_yaml(path, ProfileError), str(path))
 
 
 @dataclass
