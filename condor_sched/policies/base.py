@@ -71,3 +71,24 @@ def policy_names() -> list[str]:
     from condor_sched import policies  # noqa: F401
 
     return sorted(_REGISTRY)
+
+
+def cp_sat_solver(settings: PlanSettings, time_limit_s: float | None = None):
+    """A CP-SAT solver set up the same way for every policy: wall-clock limit and all cores
+    normally; one worker and a deterministic limit when ``settings.deterministic`` (the
+    simulator's byte-identical runs)."""
+    import os
+
+    from ortools.sat.python import cp_model
+
+    limit = max(0.01, settings.solver_time_limit_s if time_limit_s is None else time_limit_s)
+    solver = cp_model.CpSolver()
+    params = solver.parameters
+    params.random_seed = settings.seed
+    if settings.deterministic:
+        params.num_workers = 1
+        params.max_deterministic_time = limit
+    else:
+        params.num_workers = max(1, min(8, os.cpu_count() or 1))
+        params.max_time_in_seconds = limit
+    return solver

@@ -31,7 +31,6 @@ wall clock decides anything (byte-identical plans for the simulator).
 from __future__ import annotations
 
 import heapq
-import os
 import time
 from typing import Sequence
 
@@ -39,7 +38,7 @@ from ortools.sat.python import cp_model
 
 from condor_sched.model import Job, Plan, Slot
 from condor_sched.policies import devices as dv
-from condor_sched.policies.base import PlanSettings, register
+from condor_sched.policies.base import PlanSettings, cp_sat_solver, register
 from condor_sched.policies.knapsack import JobPool, greedy_fill, prepare
 
 #: Above this many (shape, device) variables the devices are solved in blocks.
@@ -117,15 +116,7 @@ def _solve_block(
     model.maximize(sum(objective))
     for key, var in x.items():
         model.add_hint(var, hint.get(key, 0))
-    solver = cp_model.CpSolver()
-    p = solver.parameters
-    p.random_seed = settings.seed
-    if settings.deterministic:
-        p.num_workers = 1
-        p.max_deterministic_time = max(0.01, time_limit_s)
-    else:
-        p.num_workers = max(1, min(8, os.cpu_count() or 1))
-        p.max_time_in_seconds = max(0.01, time_limit_s)
+    solver = cp_sat_solver(settings, time_limit_s)
     status = solver.solve(model)
     info = {"status": solver.status_name(status), "vars": len(x), "bound": solver.best_objective_bound, "weight": weight}
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -209,15 +200,7 @@ def _pattern_plan(
     if not objective:
         return None
     model.maximize(sum(objective))
-    solver = cp_model.CpSolver()
-    p = solver.parameters
-    p.random_seed = settings.seed
-    if settings.deterministic:
-        p.num_workers = 1
-        p.max_deterministic_time = max(0.01, time_limit_s)
-    else:
-        p.num_workers = max(1, min(8, os.cpu_count() or 1))
-        p.max_time_in_seconds = max(0.01, time_limit_s)
+    solver = cp_sat_solver(settings, time_limit_s)
     if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     per_group: dict[tuple, list[tuple[int, ...]]] = {}

@@ -21,14 +21,13 @@ CP-SAT runs under ``settings.solver_time_limit_s`` (``num_workers=1`` and
 from __future__ import annotations
 
 import math
-import os
 import time
 from typing import Any, Sequence
 
 from ortools.sat.python import cp_model
 
 from condor_sched.model import Assignment, Job, Plan, Slot
-from condor_sched.policies.base import PlanSettings, register
+from condor_sched.policies.base import PlanSettings, cp_sat_solver, register
 from condor_sched.policies.sns import (
     BW_STEP_GBS, ClusterJob, NodePlacement, Option, SnsPlanner, bw_units, group_clusters,
 )
@@ -121,15 +120,7 @@ def _solve(planner: SnsPlanner, jobs: list[ClusterJob], settings: PlanSettings, 
         model.add_hint(var, 1 if hint.get((j, o, -1)) else 0)
     for (j, o, i), var in x.items():
         model.add_hint(var, 1 if hint.get((j, o, i)) else 0)
-    solver = cp_model.CpSolver()
-    p = solver.parameters
-    p.random_seed = settings.seed
-    if settings.deterministic:
-        p.num_workers = 1
-        p.max_deterministic_time = max(0.01, settings.solver_time_limit_s)
-    else:
-        p.num_workers = max(1, min(8, os.cpu_count() or 1))
-        p.max_time_in_seconds = max(0.01, settings.solver_time_limit_s)
+    solver = cp_sat_solver(settings)
     status = solver.solve(model)
     info = {"status": solver.status_name(status), "vars": len(x) + len(q) + len(u) + len(y)}
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
