@@ -111,6 +111,15 @@ class Profile:
         """t(1) / t(k): how much faster scale ``k`` ran than compact-exclusive."""
         return self.runtime_s[1] / self.runtime_s[k]
 
+    def predicted_slowdown(self, alpha: float, k: int, full_ways: int) -> float:
+        """Run time at scale ``k`` holding the w ways of Fig. 10, over the exclusive run time
+        at k = 1: t(k) / t(1) * F-IPC / IPC(w). A scale "meets the degradation constraint
+        alpha" (Section 5.1, Fig. 11) when this is at most 1 / alpha."""
+        w, _ = self.demand(alpha, k, full_ways)
+        ipc = self._curve(self.ipc_llc, k)
+        full = interpolate(ipc, min(max(1, int(full_ways)), ipc[-1][0]))
+        return full / interpolate(ipc, w) / self.speedup(k)
+
     def _curve(self, curves: Mapping[int, Curve], k: int) -> Curve:
         return curves[max(s for s in curves if s <= k)]
 

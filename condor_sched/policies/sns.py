@@ -324,10 +324,14 @@ class Option:
 
 
 def scale_options(job: ClusterJob, profile: Profile, cores_per_node: int, full_ways: int) -> list[Option]:
-    """(k, n, w, b) for every profiled scale, fastest first (Section 4.3, Fig. 11)."""
+    """(k, n, w, b) for every profiled scale, fastest first (Section 4.3, Fig. 11); the
+    sub-optimal scales only where they meet the degradation constraint alpha (Section 5.1:
+    predicted run time at most t(1) / alpha, ``Profile.predicted_slowdown``)."""
     base = math.ceil(job.cores / cores_per_node)
     out = []
-    for k in profile.scales():
+    for i, k in enumerate(profile.scales()):
+        if i > 0 and profile.predicted_slowdown(job.alpha, k, full_ways) > 1.0 / job.alpha + 1e-9:
+            continue
         n = min(k * base, len(job.procs))
         w, b = profile.demand(job.alpha, k, full_ways)
         out.append(Option(k, n, Demand(w, b)))

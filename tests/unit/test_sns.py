@@ -300,3 +300,18 @@ def test_global_plans_never_exceed_capacity_and_never_lose_to_greedy(scenario):
     check_plan(plan, slots, jobs)
     if "cpsat_objective" in plan.stats and plan.stats["solver"] == "cp-sat":
         assert plan.stats["cpsat_objective"] > plan.stats["greedy_objective"]
+
+
+def test_fallback_scales_must_meet_the_degradation_constraint() -> None:
+    store = ProfileStore.load_dir(default_profiles_dir())
+    bfs = store.get("BFS")
+    # BFS (compact): t(1) = 200 s, t(2) = 236 s. At k = 2 with its w ways, IPC(w) >= 0.9 F-IPC,
+    # so the predicted run time is 236 / 200 * (F-IPC / IPC(w)) >= 1.18 > 1 / 0.9 = 1.111.
+    assert bfs.predicted_slowdown(0.9, 2, 20) > 1 / 0.9
+    assert bfs.predicted_slowdown(0.9, 1, 20) <= 1 / 0.9
+    job = sns.ClusterJob("s", 1, tuple(cluster(1, "BFS", procs=16)), "BFS", 0.9, 0, 0)
+    assert [o.k for o in sns.scale_options(job, bfs, 28, 20)] == [1]
+    # MG (scaling) runs faster than k = 1 at every wider scale: every fallback meets alpha.
+    mg = store.get("MG")
+    job = sns.ClusterJob("s", 2, tuple(cluster(2, "MG", procs=16)), "MG", 0.9, 0, 0)
+    assert [o.k for o in sns.scale_options(job, mg, 28, 20)] == mg.scales() and len(mg.scales()) == 4
