@@ -167,6 +167,14 @@ def _describe_job(ad: classad2.ClassAd, schedd: str) -> str:
     return f"job {schedd}#{ad.get('ClusterId', '?')}.{ad.get('ProcId', '?')}"
 
 
+def _key_and_pin(ad: classad2.ClassAd, schedd: str) -> tuple[JobKey | None, str | None]:
+    """What is still known of a skipped job: its key and pin, so a pin is never left on it."""
+    cluster, proc, pin = ad.get("ClusterId"), ad.get("ProcId"), ad.get(PIN_SLOT_ATTR)
+    if not (isinstance(cluster, int) and isinstance(proc, int)) or isinstance(cluster, bool):
+        return None, None
+    return JobKey(schedd, cluster, proc), pin if isinstance(pin, str) else None
+
+
 def jobs_from_ads(ads: Iterable[classad2.ClassAd], schedd: str | None = None) -> tuple[list[Job], list[Skipped]]:
     """Job records from ads; the schedd comes from each GlobalJobId unless given."""
     jobs: list[Job] = []
@@ -176,7 +184,7 @@ def jobs_from_ads(ads: Iterable[classad2.ClassAd], schedd: str | None = None) ->
         try:
             jobs.append(job_from_ad(ad, source))
         except AdError as e:
-            skipped.append(Skipped(_describe_job(ad, source), str(e)))
+            skipped.append(Skipped(_describe_job(ad, source), str(e), *_key_and_pin(ad, source)))
     return jobs, skipped
 
 

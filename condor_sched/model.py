@@ -154,6 +154,8 @@ class Skipped:
 
     what: str
     reason: str
+    job: JobKey | None = None
+    pinned_slot: str | None = None
 
     def __str__(self) -> str:
         return f"{self.what}: {self.reason}"

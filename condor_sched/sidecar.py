@@ -138,6 +138,10 @@ def decide_cycle(state: PoolState, cycle: int, settings: SidecarSettings, policy
                 continue
             unpins.append(Unpin(job.key, reason))
         to_plan.append(replace(job, pinned_slot=None, pinned_cycle=None))
+    # A pinned job whose ad went bad cannot be planned: take its pin away so it is never
+    # left pinned to a slot that cannot run it (it stays untouched otherwise).
+    unpins += [Unpin(s.job, f"malformed ad: {s.reason}") for s in state.skipped
+               if s.job is not None and s.pinned_slot is not None]
     if spread_policy is None:
         to_plan = [j for j in to_plan if j.uses_device]
     enrolls = [Enroll(j.key, j.attributes.get("Requirements")) for j in to_plan if not j.has_pin_clause]

@@ -106,3 +106,10 @@ def test_expression_requests_are_evaluated_and_bad_ranges_refused():
     ad["CoSchedAlpha"] = 3.0
     with pytest.raises(AdError, match="CoSchedAlpha"):
         job_from_ad(ad, "s")
+
+
+def test_a_skipped_job_keeps_its_key_and_pin(tmp_path):
+    q = write(tmp_path, "q.json", [job(RequestPhiThreads="x", CoSchedPinSlot="slot2@node1@h")])
+    state = load_snapshot(q, write(tmp_path, "m.json", []))
+    (skip,) = state.skipped
+    assert (str(skip.job), skip.pinned_slot) == ("schedA#7.1", "slot2@node1@h")

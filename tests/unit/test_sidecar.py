@@ -165,3 +165,13 @@ def test_a_job_started_after_its_slot_ad_was_sent_still_counts_against_the_slot(
     newer = replace(fresh, updated_at_s=ad_time + 10, free=fresh.free - running.request)
     d = decide_cycle(PoolState((running, new), (newer,)), 1, SETTINGS, FirstFit())
     assert d.pins == () 
+
+
+def test_a_pinned_job_whose_ad_went_bad_is_unpinned_and_a_bad_unpinned_one_left_alone():
+    from condor_sched.model import Skipped
+
+    bad_pinned = Skipped("job s#1.3", "RequestPhiThreads must be a number", JobKey("s", 1, 3), "slotA")
+    bad_unpinned = Skipped("job s#1.4", "RequestCpus is missing", JobKey("s", 1, 4), None)
+    d = decide_cycle(PoolState((), (slot("slotA"),), (bad_pinned, bad_unpinned)), 5, SETTINGS, FirstFit())
+    assert [(u.job.proc, u.reason.startswith("malformed ad: RequestPhiThreads")) for u in d.unpins] == [(3, True)]
+    assert d.pins == () and len(d.skipped) == 2
