@@ -235,7 +235,10 @@ def pool_status() -> None:
     """Print the pool's state as JSON (built, mounted, processes, daemons, slots)."""
     from condor_sched import localpool
 
-    click.echo(json.dumps(localpool.status(), indent=2, sort_keys=True, default=str))
+    try:
+        click.echo(json.dumps(localpool.status(), indent=2, sort_keys=True, default=str))
+    except localpool.PoolError as e:
+        raise click.ClickException(str(e)) from None
 
 
 @pool.command("env")

@@ -179,6 +179,12 @@ def _wait_for_pool(settings: PoolSettings, expected: list[str], timeout_s: float
                     f"saw {seen}; see {settings.root}/var/log/condor/")
 
 
+def require_root(action: str) -> None:
+    if os.geteuid() != 0:
+        raise PoolError(f"pool {action} needs root (the pool is a chroot with mounts and processes "
+                        "of other users); run it with sudo")
+
+
 def build(settings: PoolSettings | None = None) -> Path:
     """Build the cached chroot unless it is already complete; return its path."""
     settings = settings or PoolSettings.from_env()
@@ -194,8 +200,7 @@ def up(inventory_path: str | Path | None = None, workdir: str | Path | None = No
     Builds the chroot on first use (about a minute), restarts a cached one in seconds.
     A pool that is already up is stopped first. Needs root.
     """
-    if os.geteuid() != 0:
-        raise PoolError("pool up needs root (it debootstraps, chroots and mounts); run it with sudo")
+    require_root("up")
     settings = settings or PoolSettings.from_env()
     if workdir is not None:
         settings = replace(settings, workdir=Path(workdir))
@@ -238,6 +243,7 @@ def up(inventory_path: str | Path | None = None, workdir: str | Path | None = No
 
 def down(settings: PoolSettings | None = None, timeout_s: float = 30) -> None:
     """Stop every process of the pool and unmount everything under the root. Idempotent."""
+    require_root("down")
     settings = settings or PoolSettings.from_env()
     root = settings.root
     if root.is_dir() and chroot.processes_in(root):
@@ -288,6 +294,7 @@ def _cmdline(pid: int) -> str:
 
 def status(settings: PoolSettings | None = None) -> dict[str, Any]:
     """Built? mounted? master pid, and the daemons and slots the collector knows."""
+    require_root("status")
     settings = settings or PoolSettings.from_env()
     root = settings.root
     pids = chroot.processes_in(root) if root.is_dir() else []

@@ -60,5 +60,7 @@ def test_pool_up_refuses_without_root(monkeypatch):
     import os
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    result = CliRunner().invoke(main, ["pool", "up"])
-    assert result.exit_code != 0 and "root" in result.output
+    for action in ("up", "down", "status"):
+        result = CliRunner().invoke(main, ["pool", action])
+        assert result.exit_code == 1 and f"pool {action} needs root" in result.output
+        assert "Traceback" not in result.output

@@ -41,6 +41,16 @@ def stop(proc: subprocess.Popen) -> str:
     return proc.stdout.read() if proc.stdout else ""
 
 
+def run_with_sidecar(pool, cluster: int, policy: str, timeout_s: float, **knobs: str) -> str:
+    """Run the sidecar until every job of ``cluster`` has left the queue; its log."""
+    sidecar = start_sidecar(pool, policy, **knobs)
+    try:
+        wait_cluster_done(pool, cluster, timeout_s)
+    finally:
+        output = stop(sidecar)
+    return output
+
+
 def submit_table1(pool, n: int, seed: int) -> int:
     d = pool.job_dir()
     description, items = table1_submit(n, seed, str(d))
@@ -93,11 +103,7 @@ def test_table1_mix_shares_devices_without_oversubscribing_them(pool):
     totals = device_totals(pool)
     assert len(totals) == 6
     cluster = submit_table1(pool, 40, seed=2)
-    sidecar = start_sidecar(pool, "knapsack")
-    try:
-        wait_cluster_done(pool, cluster, timeout_s=420)
-    finally:
-        output = stop(sidecar)
+    output = run_with_sidecar(pool, cluster, "knapsack", timeout_s=420)
     timelines = device_timelines(pool, cluster)
     jobs = [j for js in timelines.values() for j in js]
     assert len(jobs) == 40 and all(j["JobStatus"] == 4 and j["ExitCode"] == 0 for j in jobs), output[-2000:]
@@ -111,11 +117,7 @@ def test_table1_mix_shares_devices_without_oversubscribing_them(pool):
 
 def test_exclusive_never_shares_a_device(pool):
     cluster = submit_table1(pool, 12, seed=3)
-    sidecar = start_sidecar(pool, "exclusive")
-    try:
-        wait_cluster_done(pool, cluster, timeout_s=300)
-    finally:
-        output = stop(sidecar)
+    output = run_with_sidecar(pool, cluster, "exclusive", timeout_s=300)
     timelines = device_timelines(pool, cluster)
     assert sum(len(js) for js in timelines.values()) == 12, output[-2000:]
     assert all(peak_use(js)[0] == 1 for js in timelines.values()), {d: peak_use(js) for d, js in timelines.items()}

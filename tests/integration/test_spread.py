@@ -4,7 +4,7 @@ from __future__ import annotations
 import htcondor2
 import pytest
 
-from test_device_cosched import start_sidecar, stop, wait_cluster_done
+from test_device_cosched import run_with_sidecar
 
 from condor_sched.model import partitionable_slot_of
 
@@ -16,11 +16,7 @@ def run_spread_job(pool, spread_policy: str, procs: int = 4) -> list[dict]:
     cluster = pool.schedd().submit(htcondor2.Submit({
         "executable": "/bin/sleep", "arguments": "3", "initialdir": str(d), "should_transfer_files": "YES",
         "request_cpus": "1", "request_memory": "64", "+CoSchedProgram": '"MG"'}), count=procs).cluster()
-    sidecar = start_sidecar(pool, "knapsack", COSCHED_SPREAD_POLICY=spread_policy)
-    try:
-        wait_cluster_done(pool, cluster, timeout_s=180)
-    finally:
-        output = stop(sidecar)
+    output = run_with_sidecar(pool, cluster, "knapsack", timeout_s=180, COSCHED_SPREAD_POLICY=spread_policy)
     history = [dict(a) for a in pool.schedd().history(
         f"ClusterId == {cluster}", projection=["ProcId", "ExitCode", "LastRemoteHost", "CoSchedPinSlot",
                                                "CoSchedPinScale", "CoSchedPinLLCWays", "CoSchedPinMemBW"])]
