@@ -173,7 +173,8 @@ class PlotError(RuntimeError):
 
 
 def write_plots(results: Iterable[tuple[str, RunResult]], directory: str | Path, prefix: str = "") -> list[Path]:
-    """Write utilisation-over-time and concurrency-histogram PNGs; return their paths."""
+    """Write utilisation-over-time, concurrency-histogram and makespan-by-policy PNGs; return
+    their paths. Legends go under the axes so they never hide the data."""
     try:
         import matplotlib
 
@@ -185,19 +186,19 @@ def write_plots(results: Iterable[tuple[str, RunResult]], directory: str | Path,
     directory.mkdir(parents=True, exist_ok=True)
     results = list(results)
     paths = []
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig, ax = plt.subplots(figsize=(8, 5))
     for label, result in results:
         xs, ys = utilization_series(result)
         ax.plot(xs, ys, label=label, linewidth=1)
     ax.set_xlabel("time (s)")
     ax.set_ylabel("device thread utilisation")
     ax.set_ylim(0, 1.05)
-    ax.legend()
+    _legend_below(ax, len(results))
     fig.tight_layout()
     paths.append(directory / f"{prefix}utilization.png")
     fig.savefig(paths[-1], dpi=100, metadata={"Software": None})
     plt.close(fig)
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig, ax = plt.subplots(figsize=(8, 5))
     width = 0.8 / max(1, len(results))
     for i, (label, result) in enumerate(results):
         hist = concurrency_histogram(result)
@@ -205,9 +206,28 @@ def write_plots(results: Iterable[tuple[str, RunResult]], directory: str | Path,
         ax.bar([k + i * width for k in hist], [v / total for v in hist.values()], width=width, label=label)
     ax.set_xlabel("jobs resident on a device")
     ax.set_ylabel("fraction of device time")
-    ax.legend()
+    _legend_below(ax, len(results))
     fig.tight_layout()
     paths.append(directory / f"{prefix}concurrency.png")
     fig.savefig(paths[-1], dpi=100, metadata={"Software": None})
     plt.close(fig)
+    fig, ax = plt.subplots(figsize=(7, 0.6 + 0.45 * len(results)))
+    labels = [label for label, _ in results]
+    spans = [result.makespan_s for _, result in results]
+    ax.barh(range(len(results)), spans, color="tab:blue")
+    ax.set_yticks(range(len(results)), labels)
+    ax.invert_yaxis()
+    for i, span in enumerate(spans):
+        ax.text(span, i, f" {span:.0f} s", va="center")
+    ax.set_xlabel("makespan (s)")
+    ax.set_xlim(0, max(spans, default=1) * 1.15)
+    fig.tight_layout()
+    paths.append(directory / f"{prefix}makespan.png")
+    fig.savefig(paths[-1], dpi=100, metadata={"Software": None})
+    plt.close(fig)
     return paths
+
+
+def _legend_below(ax, entries: int) -> None:
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2 if entries > 3 else entries,
+              fontsize="small", frameon=False)
