@@ -31,11 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import yaml
-
 from condor_sched.model import Job, JobKey, JobStatus, Resources, Skipped
 from condor_sched.profiles import ProfileStore, default_profiles_dir
 from condor_sched.simulate import offload
+from condor_sched.yamlio import checked_number, load_yaml
 
 #: The schedd name of every simulated job (JobKey.schedd).
 SIM_SCHEDD = "sim"
@@ -315,27 +314,13 @@ def read_swf(path: str | Path, limit: int | None = None) -> Workload:
 
 def _yaml_number(where: str, raw: dict[str, Any], key: str, kind: type, minimum: float,
                  default: Any = None, strict_minimum: bool = False) -> Any:
-    if key not in raw:
-        if default is None:
-            raise WorkloadError(f"{where}: missing '{key}'")
-        return default
-    value = raw[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
-        raise WorkloadError(f"{where}: '{key}' must be {'an integer' if kind is int else 'a number'}, got {value!r}")
-    if value < minimum or (strict_minimum and value == minimum) or not math.isfinite(value):
-        raise WorkloadError(f"{where}: '{key}' must be {'>' if strict_minimum else '>='} {minimum}, got {value!r}")
-    return kind(value)
+    return checked_number(where, raw, key, kind, minimum, WorkloadError, default, strict_minimum)
 
 
 def read_yaml(path: str | Path, limit: int | None = None) -> Workload:
     """Read the YAML workload format of this module's docstring."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise WorkloadError(f"{path}: cannot read: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise WorkloadError(f"{path}: not valid YAML: {e}") from None
+    data = load_yaml(path, WorkloadError)
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), list) or not data["jobs"]:
         raise WorkloadError(f"{path}: top level must be a mapping with a non-empty 'jobs' list")
     jobs: list[SimJob] = []
