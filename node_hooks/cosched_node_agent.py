@@ -583,17 +583,18 @@ def manage_spread(config: cn.NodeConfig, state_dir: str, live: List[Tuple[object
             infos[request.file_name] = os.lstat(os.path.join(requests_dir, request.file_name))
         except OSError:
             pass
-    # every request seen this interval, live or ended, by its socket slot id
-    on_slot: Dict[int, List[str]] = {}
+    # every request seen this interval, live or ended, by its socket slot id; the procs of
+    # one cluster are one parallel job, so only other clusters make a run shared
+    on_slot: Dict[int, List[Tuple[int, str]]] = {}
     for request in [r for r, _ in live] + [r for r, _ in ended]:
         slot_id = _parent_slot_id(request.slot)
         if slot_id is not None:
-            on_slot.setdefault(slot_id, []).append(request.job)
+            on_slot.setdefault(slot_id, []).append((request.cluster, request.job))
     node_jobs = {r.job for r, _ in live}
 
     def update(request, info, alive: bool, pids: Sequence[int]) -> Dict[str, object]:
         watch = read_watch(spread_dir, request.file_name) or new_watch(request, info, now)
-        others = sorted(set(on_slot.get(request.slot_id, [])) - {request.job})
+        others = sorted({job for cluster, job in on_slot.get(request.slot_id, []) if cluster != request.cluster})
         if others:
             watch["shared"] = True
             watch["co_runners"] = sorted(set(watch.get("co_runners") or []) | set(others))[:64]
