@@ -395,8 +395,24 @@ def state_dir_for(config: NodeConfig, env: Optional[Dict[str, str]] = None,
 # ---------------------------------------------------------------------------------------
 # Requests (one per running device job), shared by hook and agent
 
+class _JobFile:
+    """The job id and request file name shared by device and spread requests."""
+
+    cluster: int
+    proc: int
+    slot: str
+
+    @property
+    def job(self) -> str:
+        return f"{self.cluster}.{self.proc}"
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.cluster}.{self.proc}.{self.slot}.json"
+
+
 @dataclass(frozen=True)
-class Request:
+class Request(_JobFile):
     """One device job's allocation, as written by the hook and checked by the agent."""
     cluster: int
     proc: int
@@ -410,14 +426,6 @@ class Request:
     starter_start: int      # field 22 of /proc/<pid>/stat: guards against pid reuse
     scratch_dir: str        # $_CONDOR_SCRATCH_DIR of the job: how the agent finds its processes
     owner: str
-
-    @property
-    def job(self) -> str:
-        return f"{self.cluster}.{self.proc}"
-
-    @property
-    def file_name(self) -> str:
-        return f"{self.cluster}.{self.proc}.{self.slot}.json"
 
     @property
     def core_range(self) -> Tuple[int, int]:
@@ -435,7 +443,7 @@ OWNER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 
 @dataclass(frozen=True)
-class SpreadRequest:
+class SpreadRequest(_JobFile):
     """One spread (SNS) job on a socket slot, as written by the hook and checked by the agent.
 
     ``llc_ways`` is the job's resctrl group width w on ``cache_id``; ``mem_bw_gbs`` its
@@ -458,14 +466,6 @@ class SpreadRequest:
     scratch_dir: str
     owner: str
     kind: str = "spread"
-
-    @property
-    def job(self) -> str:
-        return f"{self.cluster}.{self.proc}"
-
-    @property
-    def file_name(self) -> str:
-        return f"{self.cluster}.{self.proc}.{self.slot}.json"
 
     def to_json(self) -> Dict[str, Any]:
         return {"kind": "spread", "job": self.job, "cluster": self.cluster, "proc": self.proc,
