@@ -442,10 +442,7 @@ def main(argv: Optional[Sequence[str]] = None, stdin: Optional[object] = None,
     except cn.ConfigError as exc:
         log(f"job {job}: bad node config: {exc}")
         return cn.EXIT_BAD_CONFIG
-    except cn.AdError as exc:
-        log(f"job {job}: malformed ad: {exc}")
-        return cn.EXIT_BAD_AD
-    except ValueError as exc:
+    except ValueError as exc:  # cn.AdError included
         log(f"job {job}: malformed ad: {exc}")
         return cn.EXIT_BAD_AD
     except cn.StateError as exc:
