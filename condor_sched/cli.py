@@ -80,11 +80,14 @@ def show(queue: Path, machines: Path, as_json: bool) -> None:
 @click.option("--time-limit", type=click.FloatRange(min=0.01), default=2.0, show_default=True,
               help="CP-SAT time limit (s) of global policies.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random policy.")
+@click.option("--thread-overcommit", type=click.FloatRange(min=1.0), default=1.0, show_default=True,
+              help="Device threads a plan may use, as a multiple of each device's threads (what-if: "
+                   "a live pool accounts only the PhiThreads its nodes advertise).")
 @click.option("--profiles", "profiles_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Spread-n-Share profile directory (default: examples/profiles).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan(queue: Path, machines: Path, policy: str, granularity_mb: int, solver: str, time_limit: float,
-         seed: int, profiles_dir: Path | None, as_json: bool) -> None:
+         seed: int, thread_overcommit: float, profiles_dir: Path | None, as_json: bool) -> None:
     """Plan the idle jobs of a queue snapshot offline (nothing is edited).
 
     Example: condor-sched plan --queue queue.json --machines machines.json --policy global --json
@@ -97,7 +100,7 @@ def plan(queue: Path, machines: Path, policy: str, granularity_mb: int, solver: 
 
     state = _load_snapshot(queue, machines)
     settings = PlanSettings(memory_granularity_mb=granularity_mb, knapsack_solver=solver,
-                            solver_time_limit_s=time_limit, seed=seed,
+                            solver_time_limit_s=time_limit, seed=seed, thread_overcommit=thread_overcommit,
                             extra={"profiles": _profiles(profiles_dir)})
     idle = [j for j in state.idle_jobs()]
     result = get_policy(policy).plan(idle, state.slots, settings)

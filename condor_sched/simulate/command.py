@@ -1,6 +1,8 @@
 """The ``condor-sched simulate`` command (the lead adds it to the CLI group)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import sys
 from contextlib import nullcontext
 
@@ -51,12 +53,15 @@ _KEYS = ("makespan_s", "mean_wait_s", "mean_turnaround_s", "mean_slowdown", "thr
 @click.option("--age-limit-cycles", "age_limit_cycles", type=click.IntRange(min=0), default=None,
               help="The policies' aging limit (PlanSettings.age_limit_cycles; default: the sidecar's). "
                    "scripts/reproduce turns aging off, as paper 002 has none.")
+@click.option("--thread-overcommit", "thread_overcommit", type=click.FloatRange(min=1.0), default=1.0,
+              show_default=True, help="Device threads a plan may use, as a multiple of the hardware threads "
+                                      "(the offload model serialises what oversubscribes them, as COSMIC does).")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,
               help="Write utilisation and concurrency PNGs to this directory (needs matplotlib).")
 def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy: str, seed: int,
                      inventory_path: str | None, sequences: int | None, footprint_against: str | None,
-                     cycle_s: float, age_limit_cycles: int | None, as_json: bool, plot_dir: str | None) -> None:
+                     cycle_s: float, age_limit_cycles: int | None, thread_overcommit: float, as_json: bool, plot_dir: str | None) -> None:
     """Simulate a workload under a policy on a simulated pool.
 
     \b
@@ -78,7 +83,9 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
 
             if importlib.util.find_spec("matplotlib") is None:
                 raise PlotError("--plot needs matplotlib: pip install 'condor-sched[plot]'")
-        settings = PlanSettings() if age_limit_cycles is None else PlanSettings(age_limit_cycles=age_limit_cycles)
+        settings = PlanSettings(thread_overcommit=thread_overcommit)
+        if age_limit_cycles is not None:
+            settings = replace(settings, age_limit_cycles=age_limit_cycles)
         spec = spec_for(workload, policy, cycle_s, settings, inventory, nodes or 8)
         show_bar = sys.stdout.isatty() and not as_json
         total = (sequences or 1) * (jobs or default_jobs(workload)) if is_builtin(workload) else None

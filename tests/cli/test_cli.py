@@ -25,6 +25,24 @@ def test_global_places_at_least_as_many_as_knapsack_on_the_snapshot():
     assert len(best["assignments"]) >= len(greedy["assignments"])
 
 
+def _planned_threads(out: dict) -> dict[str, int]:
+    queue = json.loads((DEFAULT_SNAPSHOT / "queue.json").read_text())
+    threads = {f"{ad['ClusterId']}.{ad['ProcId']}": ad["RequestPhiThreads"] for ad in queue}
+    per_slot: dict[str, int] = {}
+    for a in out["assignments"]:
+        per_slot[a["slot"]] = per_slot.get(a["slot"], 0) + threads[a["job"]]
+    return per_slot
+
+
+def test_thread_overcommit_plans_beyond_the_hardware_threads_but_within_the_factor():
+    hard = json.loads(run("plan", "--json").output)
+    doubled = json.loads(run("plan", "--json", "--thread-overcommit", "2").output)
+    assert max(_planned_threads(hard).values()) <= 240
+    assert 240 < max(_planned_threads(doubled).values()) <= 480
+    assert len(doubled["assignments"]) > len(hard["assignments"])
+    assert run("plan", "--thread-overcommit", "0.5").exit_code == 2
+
+
 def test_readable_plan_shows_per_device_use():
     result = run("plan", "--policy", "exclusive")
     assert result.exit_code == 0

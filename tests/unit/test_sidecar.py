@@ -127,6 +127,12 @@ def test_knobs_are_parsed_and_bad_values_named():
         settings_from_knobs({"COSCHED_POLICY": "nope"})
 
 
+def test_the_sidecar_refuses_a_thread_overcommit_htcondor_would_not_account():
+    assert settings_from_knobs({"COSCHED_THREAD_OVERCOMMIT": "1.0"}).plan.thread_overcommit == 1.0
+    with pytest.raises(SettingsError, match="COSCHED_THREAD_OVERCOMMIT = 2: .*never match"):
+        settings_from_knobs({"COSCHED_THREAD_OVERCOMMIT": "2"})
+
+
 def test_spread_jobs_go_to_the_spread_policy_and_their_pins_carry_ways_and_bandwidth():
     from condor_sched.inventory import default_inventory_path, load_inventory, node_slots
     from condor_sched.policies import get_policy

@@ -265,3 +265,14 @@ def test_a_policy_that_never_places_a_job_ends_the_run_with_a_clear_error():
     with pytest.raises(SimulationError, match="can place none of the 1 idle jobs"):
         simulate([SimJob(0, "t", 300, 60, 1.0)], phi_inventory(1), Never(), cycle_s=5.0,
                  settings=PlanSettings(age_limit_cycles=3))
+
+
+def test_thread_overcommit_lets_offloads_oversubscribe_and_only_then():
+    def run(*extra: str) -> dict:
+        result = CliRunner().invoke(simulate_command, ["--jobs", "60", "--nodes", "2", "--seed", "4", "--json", *extra])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)
+
+    hard, doubled = run(), run("--thread-overcommit", "2")
+    assert hard["thread_oversubscribed_s"] == 0 and doubled["thread_oversubscribed_s"] > 0
+    assert hard["memory_oversubscriptions"] == doubled["memory_oversubscriptions"] == 0
