@@ -160,7 +160,16 @@ def slot_from_ad(ad: classad2.ClassAd) -> Slot | None:
     cache_id = _number(ad, "LLCCacheId", required=False, default=None) if "LLCCacheId" in ad else None
     return Slot(name=name, machine=machine, kind=kind, total=total, free=free,
                 device_name=_string(ad, "PhiDeviceName"), cache_id=cache_id,
-                updated_at_s=_number(ad, "LastHeardFrom", required=False) or _number(ad, "MyCurrentTime", required=False))
+                updated_at_s=_number(ad, "LastHeardFrom", required=False) or _number(ad, "MyCurrentTime", required=False),
+                children=_child_names(ad))
+
+
+def _child_names(ad: classad2.ClassAd) -> tuple[str, ...] | None:
+    """The ad's ``ChildName`` list of dynamic slot names, None when absent or not a list of strings."""
+    names = _eval(ad, "ChildName") if "ChildName" in ad else None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return None
+    return tuple(names)
 
 
 def _describe_job(ad: classad2.ClassAd, schedd: str) -> str:

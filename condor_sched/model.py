@@ -143,6 +143,9 @@ class Slot:
     device_name: str | None = None
     cache_id: int | None = None
     updated_at_s: int = 0
+    #: Names of the dynamic slots already out of ``free`` (the ad's ``ChildName``); None when
+    #: the ad does not say, and then only ``updated_at_s`` tells a stale ad.
+    children: tuple[str, ...] | None = None
 
     def with_free(self, free: Resources) -> Slot:
         return replace(self, free=free)

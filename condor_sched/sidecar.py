@@ -98,12 +98,18 @@ def _stale_reason(job: Job, slots: dict[str, Slot], cycle: int, unpin_age: int) 
 
 
 def _started_since_ad(job: Job, slots: dict[str, Slot]) -> str | None:
-    """The slot of a running job that its slot's ad may not show yet (the ad predates the
-    start): its resources are not yet out of the ad's free amounts."""
-    if job.status is not JobStatus.RUNNING or not job.remote_slot or job.started_at_s is None:
+    """The slot of a running job that its slot's ad may not show yet: its resources are not
+    yet out of the ad's free amounts. Exact when the ad lists its dynamic slots (``ChildName``:
+    the job's slot is missing from it); otherwise when the ad predates the job's start, or
+    the job has no start time yet (conservative: the claim precedes the start)."""
+    if job.status is not JobStatus.RUNNING or not job.remote_slot:
         return None
     slot = slots.get(partitionable_slot_of(job.remote_slot))
-    return slot.name if slot is not None and job.started_at_s >= slot.updated_at_s else None
+    if slot is None:
+        return None
+    if slot.children is not None:
+        return slot.name if job.remote_slot not in slot.children else None
+    return slot.name if job.started_at_s is None or job.started_at_s >= slot.updated_at_s else None
 
 
 def _reserve(slots: dict[str, Slot], pinned: list[Job], all_jobs: Iterable[Job]) -> list[Slot]:

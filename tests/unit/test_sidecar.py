@@ -181,3 +181,23 @@ def test_a_pinned_job_whose_ad_went_bad_is_unpinned_and_a_bad_unpinned_one_left_
     d = decide_cycle(PoolState((), (slot("slotA"),), (bad_pinned, bad_unpinned)), 5, SETTINGS, FirstFit())
     assert [(u.job.proc, u.reason.startswith("malformed ad: RequestPhiThreads")) for u in d.unpins] == [(3, True)]
     assert d.pins == () and len(d.skipped) == 2
+
+
+def test_an_ad_listing_its_dynamic_slots_says_exactly_which_running_jobs_it_already_counts():
+    spare = slot("slot3@node1@h")
+    new = device_job(2, mem=3000)
+
+    def target(running, dev_slot):
+        pins = decide_cycle(PoolState((running, new), (dev_slot, spare)), 1, SETTINGS, FirstFit()).pins
+        return [p.slot for p in pins]
+
+    # The ad is newer than the start, yet does not list the job's dynamic slot: not counted yet.
+    listed = replace(slot("slot2@node1@h"), updated_at_s=2000, children=("slot2_1@node1@h",))
+    running = device_job(1, mem=6000, status=JobStatus.RUNNING, remote_slot="slot2_4@node1@h", started_at_s=1990)
+    assert target(running, listed) == ["slot3@node1@h"]
+    # Listed: its resources are already out of the ad's free amounts, and not taken out twice.
+    small = replace(running, request=replace(running.request, device_memory_mb=4000))
+    counted = replace(listed, children=("slot2_4@node1@h",), free=listed.free - small.request)
+    assert target(small, counted) == ["slot2@node1@h"]
+    # No ChildName and no start time yet: counted (the claim precedes the start).
+    assert target(replace(running, started_at_s=None), replace(listed, children=None)) == ["slot3@node1@h"]
