@@ -1,10 +1,9 @@
 """The ``condor-sched simulate`` command (the lead adds it to the CLI group)."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 import sys
 from contextlib import nullcontext
+from dataclasses import replace
 
 import click
 
