@@ -166,7 +166,7 @@ def slot_from_ad(ad: classad2.ClassAd) -> Slot | None:
 
 def _child_names(ad: classad2.ClassAd) -> tuple[str, ...] | None:
     """The ad's ``ChildName`` list of dynamic slot names, None when absent or not a list of strings."""
-    names = _eval(ad, "ChildName") if "ChildName" in ad else None
+    names = _eval(ad, "ChildName")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         return None
     return tuple(names)

@@ -97,7 +97,7 @@ def _stale_reason(job: Job, slots: dict[str, Slot], cycle: int, unpin_age: int) 
     return None
 
 
-def _started_since_ad(job: Job, slots: dict[str, Slot]) -> str | None:
+def _not_yet_in_ad(job: Job, slots: dict[str, Slot]) -> str | None:
     """The slot of a running job that its slot's ad may not show yet: its resources are not
     yet out of the ad's free amounts. Exact when the ad lists its dynamic slots (``ChildName``:
     the job's slot is missing from it); otherwise when the ad predates the job's start, or
@@ -119,7 +119,7 @@ def _reserve(slots: dict[str, Slot], pinned: list[Job], all_jobs: Iterable[Job])
     for job in pinned:
         held[job.pinned_slot] = held.get(job.pinned_slot, Resources()) + job.request  # type: ignore[index]
     for job in all_jobs:
-        name = _started_since_ad(job, slots)
+        name = _not_yet_in_ad(job, slots)
         if name is not None:
             held[name] = held.get(name, Resources()) + job.request
     return [s.with_free(s.free - held[s.name]) if s.name in held else s for s in slots.values()]
