@@ -23,6 +23,10 @@ PIN_ORIGINAL_ATTR = "CoSchedPinOriginalRequirements"
 PIN_LLC_WAYS_ATTR = "CoSchedPinLLCWays"
 PIN_MEM_BW_ATTR = "CoSchedPinMemBW"
 PIN_SCALE_ATTR = "CoSchedPinScale"
+#: Job attribute set to 1 on a device pin that needs the whole device (policy ``exclusive``);
+#: the startd's START expression then takes the job only on an idle device (config.d/20), so
+#: HTCondor itself keeps one job per device whatever the sidecar's view of the pool.
+PIN_EXCLUSIVE_ATTR = "CoSchedPinExclusive"
 #: The clause that makes a co-scheduled job match only the slot its pin names.
 PIN_CLAUSE = f"(TARGET.Name =?= MY.{PIN_SLOT_ATTR})"
 

@@ -14,6 +14,7 @@ from condor_sched.classads import jobs_from_ads, slots_from_ads
 from condor_sched.model import (
     PIN_CLAUSE,
     PIN_CYCLE_ATTR,
+    PIN_EXCLUSIVE_ATTR,
     PIN_LLC_WAYS_ATTR,
     PIN_MEM_BW_ATTR,
     PIN_ORIGINAL_ATTR,
@@ -29,6 +30,7 @@ JOB_PROJECTION = [
     "RequestCpus", "RequestMemory", "RequestPhiMemory", "RequestPhiThreads", "RequestLLCWays",
     "RequestMemBW", "CoSchedProgram", "CoSchedAlpha", "RemoteHost", "JobCurrentStartDate", "MemoryUsage", "ImageSize",
     PIN_SLOT_ATTR, PIN_CYCLE_ATTR, PIN_ORIGINAL_ATTR, PIN_LLC_WAYS_ATTR, PIN_MEM_BW_ATTR, PIN_SCALE_ATTR,
+    PIN_EXCLUSIVE_ATTR,
 ]
 #: Jobs any condor_sched policy covers (device jobs; spread jobs carry CoSchedProgram).
 COVERED_JOBS = "(RequestPhiMemory > 0) || (CoSchedProgram =!= undefined)"
@@ -137,7 +139,7 @@ class JobEditor:
 
     def unpin(self, job: JobKey) -> None:
         self._edit(job, PIN_SLOT_ATTR, "undefined")
-        for attr in (PIN_CYCLE_ATTR, PIN_LLC_WAYS_ATTR, PIN_MEM_BW_ATTR, PIN_SCALE_ATTR):
+        for attr in (PIN_CYCLE_ATTR, PIN_LLC_WAYS_ATTR, PIN_MEM_BW_ATTR, PIN_SCALE_ATTR, PIN_EXCLUSIVE_ATTR):
             self._edit(job, attr, "undefined")
 
     def enroll(self, job: JobKey, requirements: str | None) -> None:

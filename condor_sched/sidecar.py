@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from condor_sched.model import (
+    PIN_EXCLUSIVE_ATTR,
     PIN_LLC_WAYS_ATTR,
     PIN_MEM_BW_ATTR,
     PIN_SCALE_ATTR,
@@ -49,13 +50,15 @@ class Enroll:
 
 @dataclass(frozen=True, slots=True)
 class Pin:
-    """A placement to write; ``llc_ways``/``mem_bw_gbs``/``scale_factor`` only for spread procs."""
+    """A placement to write; ``llc_ways``/``mem_bw_gbs``/``scale_factor`` only for spread
+    procs, ``whole_device`` only for device jobs that must have their device alone."""
 
     job: JobKey
     slot: str
     llc_ways: int | None = None
     mem_bw_gbs: int | None = None
     scale_factor: int | None = None
+    whole_device: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +86,7 @@ def covered(job: Job) -> bool:
 def _pin_of(assignment: Assignment) -> Pin:
     d = assignment.details
     if "llc_ways" not in d:
-        return Pin(assignment.job, assignment.slot)
+        return Pin(assignment.job, assignment.slot, whole_device=bool(d.get("whole_device", False)))
     # HTCondor's custom resources are integers: bandwidth rounds up so it is never under-booked.
     return Pin(assignment.job, assignment.slot, int(d["llc_ways"]), int(math.ceil(float(d["mem_bw_gbs"]))),
                int(d.get("scale_factor", 1)))
@@ -97,13 +100,23 @@ def _stale_reason(job: Job, slots: dict[str, Slot], cycle: int, unpin_age: int) 
     return None
 
 
+#: Job states in which a job holds a dynamic slot of its partitionable slot.
+_HOLDS_A_SLOT = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED})
+
+
 def _not_yet_in_ad(job: Job, slots: dict[str, Slot]) -> str | None:
-    """The slot of a running job that its slot's ad may not show yet: its resources are not
+    """The slot of a started job that its slot's ad may not show yet: its resources are not
     yet out of the ad's free amounts. Exact when the ad lists its dynamic slots (``ChildName``:
     the job's slot is missing from it); otherwise when the ad predates the job's start, or
-    the job has no start time yet (conservative: the claim precedes the start)."""
-    if job.status is not JobStatus.RUNNING or not job.remote_slot:
+    the job has no start time yet (conservative: the claim precedes the start).
+
+    The schedd marks a job running before it records ``RemoteHost`` (a separate transaction,
+    when it spawns the shadow), so a started job without one counts on the slot it is pinned to.
+    """
+    if job.status not in _HOLDS_A_SLOT:
         return None
+    if not job.remote_slot:
+        return job.pinned_slot if job.pinned_slot in slots else None
     slot = slots.get(partitionable_slot_of(job.remote_slot))
     if slot is None:
         return None
@@ -165,9 +178,10 @@ def decide_cycle(state: PoolState, cycle: int, settings: SidecarSettings, policy
 
 
 def pin_details(pin: Pin) -> dict[str, int]:
-    """The sidecar-owned attributes a spread proc carries besides its slot."""
+    """The sidecar-owned attributes a pin carries besides its slot: a device job whether it
+    needs the whole device, a spread proc its ways, bandwidth and scale factor."""
     if pin.llc_ways is None:
-        return {}
+        return {PIN_EXCLUSIVE_ATTR: int(pin.whole_device)}
     return {PIN_LLC_WAYS_ATTR: pin.llc_ways, PIN_MEM_BW_ATTR: pin.mem_bw_gbs or 0,
             PIN_SCALE_ATTR: pin.scale_factor or 1}
 

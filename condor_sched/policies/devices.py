@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -208,11 +208,11 @@ class DeviceState:
     def start(cls, slots: Sequence[Slot], settings: PlanSettings) -> DeviceState:
         return cls(list(slots), {s.name: list(free_capacity(s, settings)) for s in slots}, set(), [], {})
 
-    def assign(self, job: Job, slot: Slot, need: Sequence[int]) -> None:
+    def assign(self, job: Job, slot: Slot, need: Sequence[int], details: Mapping[str, Any] | None = None) -> None:
         cap = self.residual[slot.name]
         for d in range(4):
             cap[d] -= need[d]
-        self.assignments.append(Assignment(job=job.key, slot=slot.name))
+        self.assignments.append(Assignment(job=job.key, slot=slot.name, details=dict(details or {})))
 
     def open_slots(self) -> list[Slot]:
         return [s for s in self.slots if s.name not in self.reserved]

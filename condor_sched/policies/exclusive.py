@@ -6,6 +6,10 @@ first), devices in name order, as HTCondor's matchmaking would without sharing. 
 already keeps any job from starving (the oldest job takes the next free device), so the
 aging rule of the sharing policies, which may place a starving job on a busy device, is
 not applied: it would break exclusivity.
+
+Each assignment carries ``details["whole_device"] = True``: the sidecar marks such pins
+(``CoSchedPinExclusive``) and the startd then starts the job only on a device with nothing
+else on it, so exclusivity holds even when a slot ad the plan was made from is stale.
 """
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ class ExclusivePolicy:
             need = dv.demand(job, settings)
             for i, slot in enumerate(empty):
                 if dv.fits_device(job, need, state.residual[slot.name], slot):
-                    state.assign(job, slot, need)
+                    state.assign(job, slot, need, {"whole_device": True})
                     del empty[i]
                     break
             if not empty:

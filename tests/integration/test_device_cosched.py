@@ -120,7 +120,10 @@ def test_exclusive_never_shares_a_device(pool):
     output = run_with_sidecar(pool, cluster, "exclusive", timeout_s=300)
     timelines = device_timelines(pool, cluster)
     assert sum(len(js) for js in timelines.values()) == 12, output[-2000:]
-    assert all(peak_use(js)[0] == 1 for js in timelines.values()), {d: peak_use(js) for d, js in timelines.items()}
+    shared = {d: sorted((j["JobCurrentStartDate"], j["CompletionDate"], j["ProcId"]) for j in js)
+              for d, js in timelines.items() if peak_use(js)[0] > 1}
+    pin_log = [line for line in output.splitlines() if "pinned" in line]
+    assert not shared, f"devices shared (start, end, proc): {shared}\nsidecar pins:\n" + "\n".join(pin_log[-40:])
 
 
 def node_daemon(pool, node: str, action: str) -> None:

@@ -48,12 +48,14 @@ def test_pin_protocol_and_device_requests_on_the_real_negotiator(pool):
 
     dev = {"request_PhiMemory": "500", "request_PhiThreads": "60"}
     # Submitted with a pin of its own, which the transform must discard.
-    pinned = pool.submit(**dev, **{"+CoSchedPinSlot": f'"{pool.slot(3, "node1")}"', "+CoSchedPinCycle": "7"})
-    ad = pool.job(pinned, ["Requirements", "CoSchedPinSlot", "CoSchedPinCycle", "CoSchedPinOriginalRequirements"])
+    pinned = pool.submit(**dev, **{"+CoSchedPinSlot": f'"{pool.slot(3, "node1")}"', "+CoSchedPinCycle": "7",
+                                   "+CoSchedPinExclusive": "0"})
+    ad = pool.job(pinned, ["Requirements", "CoSchedPinSlot", "CoSchedPinCycle", "CoSchedPinExclusive",
+                           "CoSchedPinOriginalRequirements"])
     from classad2 import Value
 
-    assert ad.get("CoSchedPinSlot", Value.Undefined) is Value.Undefined
-    assert ad.get("CoSchedPinCycle", Value.Undefined) is Value.Undefined
+    for attr in ("CoSchedPinSlot", "CoSchedPinCycle", "CoSchedPinExclusive"):
+        assert ad.get(attr, Value.Undefined) is Value.Undefined, attr
     assert str(ad["Requirements"]).endswith("&& (TARGET.Name is MY.CoSchedPinSlot)")
     assert str(ad["Requirements"]).startswith(f"({ad['CoSchedPinOriginalRequirements']})")
     assert "PhiMemory >= RequestPhiMemory" in str(ad["CoSchedPinOriginalRequirements"])
@@ -87,3 +89,44 @@ def test_pin_protocol_and_device_requests_on_the_real_negotiator(pool):
 
     for cluster in (on_socket, plain_on_device, too_big):
         pool.schedd().act(JobAction.Remove, f"ClusterId == {cluster}")
+
+
+def test_an_exclusive_pin_starts_only_when_its_device_is_idle(pool):
+    dev = {"request_PhiMemory": "500", "request_PhiThreads": "60"}
+    device = pool.slot(3, "node4")
+    first = pool.submit(**dev, arguments="20")
+    pool.admin_edit(f"{first}.0", "CoSchedPinSlot", f'"{device}"')
+    remote = pool.wait_for(first, lambda a: a["JobStatus"] == RUNNING and "RemoteHost" in a, ["RemoteHost"])
+    # The sidecar's model of the slot comes to list the job's dynamic slot (ChildName).
+    assert_slot_lists(device, remote["RemoteHost"], timeout_s=15)
+    # The device has room for both: a shared pin starts beside the first job, an exclusive
+    # one (CoSchedPinExclusive = 1) is refused by START until the device is idle again.
+    exclusive, shared = pool.submit(**dev), pool.submit(**dev)
+    pool.admin_edit(f"{exclusive}.0", "CoSchedPinExclusive", "1")
+    for cluster in (exclusive, shared):
+        pool.admin_edit(f"{cluster}.0", "CoSchedPinSlot", f'"{device}"')
+    attrs = ["LastRemoteHost", "JobCurrentStartDate", "CompletionDate", "NumJobStarts"]
+    beside = pool.wait_for(shared, lambda a: a["JobStatus"] == COMPLETED, attrs)
+    assert partitionable_slot_of(beside["LastRemoteHost"]) == device
+    time.sleep(6)  # more negotiation cycles while the first job still runs
+    assert pool.job(first, [])["JobStatus"] == RUNNING
+    waiting = pool.job(exclusive, ["NumJobStarts"])
+    assert waiting["JobStatus"] == IDLE and waiting.get("NumJobStarts", 0) == 0, waiting
+    done = pool.wait_for(first, lambda a: a["JobStatus"] == COMPLETED, attrs, timeout_s=60)
+    alone = pool.wait_for(exclusive, lambda a: a["JobStatus"] == COMPLETED, attrs, timeout_s=60)
+    assert partitionable_slot_of(alone["LastRemoteHost"]) == device
+    assert alone["JobCurrentStartDate"] >= done["CompletionDate"], (alone, done)
+
+
+def assert_slot_lists(slot_name: str, child: str, timeout_s: float) -> None:
+    """The live model's record of ``slot_name`` lists ``child`` within ``timeout_s``."""
+    from condor_sched.pool import read_state
+
+    deadline = time.monotonic() + timeout_s
+    children = None
+    while time.monotonic() < deadline:
+        children = {s.name: s.children for s in read_state().slots}.get(slot_name)
+        if children is not None and child in children:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{slot_name} lists {children}, not {child}")

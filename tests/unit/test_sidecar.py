@@ -201,3 +201,31 @@ def test_an_ad_listing_its_dynamic_slots_says_exactly_which_running_jobs_it_alre
     assert target(small, counted) == ["slot2@node1@h"]
     # No ChildName and no start time yet: counted (the claim precedes the start).
     assert target(replace(running, started_at_s=None), replace(listed, children=None)) == ["slot3@node1@h"]
+
+
+@pytest.mark.parametrize("status", [JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED])
+def test_a_started_job_without_remote_host_yet_counts_against_the_slot_it_is_pinned_to(status):
+    # The schedd marks a job running in one transaction and records RemoteHost in a later
+    # one: in between the job holds (or is claiming) its pinned device, which the ad may not show.
+    ad = replace(slot("slot2@node1@h"), updated_at_s=2000, children=())
+    starting = device_job(1, mem=6000, status=status, pinned_slot="slot2@node1@h", pinned_cycle=1,
+                          started_at_s=1990)
+    new = device_job(2, mem=3000)
+    pins = decide_cycle(PoolState((starting, new), (ad, slot("slot3@node1@h"))), 2, SETTINGS, FirstFit()).pins
+    assert [p.slot for p in pins] == ["slot3@node1@h"]
+    # Without a pin (not a job condor_sched placed) nothing is reserved for it.
+    unpinned = replace(starting, pinned_slot=None, pinned_cycle=None)
+    pins = decide_cycle(PoolState((unpinned, new), (ad,)), 2, SETTINGS, FirstFit()).pins
+    assert [p.slot for p in pins] == ["slot2@node1@h"]
+
+
+def test_exclusive_pins_ask_the_startd_for_the_whole_device_and_other_device_pins_do_not():
+    from condor_sched.policies import get_policy
+    from condor_sched.sidecar import pin_details
+
+    jobs = (device_job(1), device_job(2))
+    slots = (slot("slot2@node1@h"), slot("slot3@node1@h"))
+    exclusive = decide_cycle(PoolState(jobs, slots), 1, SETTINGS, get_policy("exclusive")).pins
+    shared = decide_cycle(PoolState(jobs, slots), 1, SETTINGS, get_policy("knapsack")).pins
+    assert len(exclusive) == 2 and all(pin_details(p) == {"CoSchedPinExclusive": 1} for p in exclusive)
+    assert len(shared) == 2 and all(pin_details(p) == {"CoSchedPinExclusive": 0} for p in shared)
