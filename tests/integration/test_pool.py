@@ -94,7 +94,7 @@ def test_pin_protocol_and_device_requests_on_the_real_negotiator(pool):
 def test_an_exclusive_pin_starts_only_when_its_device_is_idle(pool):
     dev = {"request_PhiMemory": "500", "request_PhiThreads": "60"}
     device = pool.slot(3, "node4")
-    first = pool.submit(**dev, arguments="20")
+    first = pool.submit(**dev, arguments="600")  # removed below, once the checks are done
     pool.admin_edit(f"{first}.0", "CoSchedPinSlot", f'"{device}"')
     remote = pool.wait_for(first, lambda a: a["JobStatus"] == RUNNING and "RemoteHost" in a, ["RemoteHost"])
     # The sidecar's model of the slot comes to list the job's dynamic slot (ChildName).
@@ -112,10 +112,13 @@ def test_an_exclusive_pin_starts_only_when_its_device_is_idle(pool):
     assert pool.job(first, [])["JobStatus"] == RUNNING
     waiting = pool.job(exclusive, ["NumJobStarts"])
     assert waiting["JobStatus"] == IDLE and waiting.get("NumJobStarts", 0) == 0, waiting
-    done = pool.wait_for(first, lambda a: a["JobStatus"] == COMPLETED, attrs, timeout_s=60)
-    alone = pool.wait_for(exclusive, lambda a: a["JobStatus"] == COMPLETED, attrs, timeout_s=60)
+    from htcondor2 import JobAction
+
+    removed_at = int(time.time())
+    pool.schedd().act(JobAction.Remove, f"ClusterId == {first}")
+    alone = pool.wait_for(exclusive, lambda a: a["JobStatus"] == COMPLETED, attrs, timeout_s=90)
     assert partitionable_slot_of(alone["LastRemoteHost"]) == device
-    assert alone["JobCurrentStartDate"] >= done["CompletionDate"], (alone, done)
+    assert alone["JobCurrentStartDate"] >= removed_at, (alone, removed_at)
 
 
 def assert_slot_lists(slot_name: str, child: str, timeout_s: float) -> None:
