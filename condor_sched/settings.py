@@ -69,9 +69,9 @@ def settings_from_knobs(knobs: Mapping[str, str]) -> SidecarSettings:
     if settings.plan.thread_overcommit != 1.0:
         raise SettingsError(
             f"COSCHED_THREAD_OVERCOMMIT = {settings.plan.thread_overcommit:g}: a live pool accounts only the "
-            "PhiThreads its startds advertise, so pins planned beyond them could never match. Overcommit a "
-            "device on its node (advertise more PhiThreads where an offload arbiter serialises offloads) "
-            "and keep this knob at 1.0; plan and simulate take --thread-overcommit for what-if studies")
+            "PhiThreads its startds advertise, so pins planned beyond them could never match, and the "
+            "PREPARE_JOB hook refuses starts beyond a device's hardware threads (there is no offload "
+            "arbiter); keep it at 1.0: plan and simulate take --thread-overcommit for what-if studies")
     if settings.plan.knapsack_solver not in ("dp", "ortools"):
         raise SettingsError(f"COSCHED_KNAPSACK_SOLVER = {settings.plan.knapsack_solver!r}: use dp or ortools")
     return settings
