@@ -30,7 +30,6 @@ JOB_PROJECTION = [
     "RequestCpus", "RequestMemory", "RequestPhiMemory", "RequestPhiThreads", "RequestLLCWays",
     "RequestMemBW", "CoSchedProgram", "CoSchedAlpha", "RemoteHost", "JobCurrentStartDate", "MemoryUsage", "ImageSize",
     PIN_SLOT_ATTR, PIN_CYCLE_ATTR, PIN_ORIGINAL_ATTR, PIN_LLC_WAYS_ATTR, PIN_MEM_BW_ATTR, PIN_SCALE_ATTR,
-    PIN_EXCLUSIVE_ATTR,
 ]
 #: Jobs any condor_sched policy covers (device jobs; spread jobs carry CoSchedProgram).
 COVERED_JOBS = "(RequestPhiMemory > 0) || (CoSchedProgram =!= undefined)"
