@@ -10,7 +10,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 import classad2
 
@@ -21,6 +21,7 @@ from condor_sched.model import (
     Job,
     JobKey,
     JobStatus,
+    PoolState,
     Resources,
     Skipped,
     Slot,
@@ -128,6 +129,8 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
         slowdown_threshold=_number(ad, "CoSchedAlpha", required=False, default=DEFAULT_SLOWDOWN_THRESHOLD,
                                    integer=False, minimum=0.01, maximum=1.0),
         remote_slot=_string(ad, "RemoteHost"),
+        requested_runtime_s=_number(ad, "AllowedExecuteDuration", required=False, default=None)
+        if "AllowedExecuteDuration" in ad else None,
         started_at_s=_number(ad, "JobCurrentStartDate", required=False, default=None)
         if "JobCurrentStartDate" in ad else None,
         attributes={
@@ -211,6 +214,93 @@ def slots_from_ads(ads: Iterable[classad2.ClassAd]) -> tuple[list[Slot], list[Sk
     return slots, skipped
 
 
+def state_from_ads(job_ads: Mapping[str | None, Iterable[classad2.ClassAd]],
+                   slot_ads: Iterable[classad2.ClassAd]) -> PoolState:
+    """The pool state of job ads (per schedd name; None: from each ad's GlobalJobId) and
+    startd ads, with each idle job's eligible slots."""
+    slot_ads = list(slot_ads)
+    jobs: list[Job] = []
+    skipped: list[Skipped] = []
+    idle_ads: list[tuple[Job, classad2.ClassAd]] = []
+    for schedd, ads in job_ads.items():
+        for ad in ads:
+            source = schedd or schedd_of(ad, "unknown-schedd")
+            try:
+                job = job_from_ad(ad, source)
+            except AdError as e:
+                skipped.append(Skipped(_describe_job(ad, source), str(e), *_key_and_pin(ad, source)))
+                continue
+            jobs.append(job)
+            if job.is_idle:
+                idle_ads.append((job, ad))
+    slots, slot_skips = slots_from_ads(slot_ads)
+    usable = {s.name for s in slots}
+    eligible = eligible_slots(idle_ads, [ad for ad in slot_ads if ad.get("Name") in usable])
+    return PoolState(tuple(jobs), tuple(slots), tuple(skipped + slot_skips), eligible)
+
+
+def _with_totals(slot_ad: classad2.ClassAd) -> classad2.ClassAd:
+    """A copy of a partitionable slot's ad advertising its totals as free (``Cpus`` =
+    ``TotalSlotCpus``, ...): eligibility asks whether a job could ever run there, and the
+    planners account what is free now."""
+    ad = classad2.ClassAd()
+    ad.update(slot_ad)
+    for attr in list(slot_ad.keys()):
+        if attr.lower().startswith("totalslot") and len(attr) > len("TotalSlot"):
+            ad[attr[len("TotalSlot"):]] = slot_ad.lookup(attr)
+    return ad
+
+
+def _own_references(ad: classad2.ClassAd, expr: classad2.ExprTree) -> list[str]:
+    """The job attributes ``expr`` reads (unqualified or ``MY.``), pin attributes aside."""
+    refs = set(ad.internalRefs(expr))
+    refs |= {r[3:] for r in ad.externalRefs(expr) if r.lower().startswith("my.")}
+    return sorted(r for r in refs if r.lower() != PIN_SLOT_ATTR.lower() and r in ad)
+
+
+def eligible_slots(jobs: Iterable[tuple[Job, classad2.ClassAd]],
+                   slot_ads: Iterable[classad2.ClassAd]) -> dict[JobKey, frozenset[str]]:
+    """Each job's slots its own Requirements accept (the user's, before the pin clause),
+    evaluated with classad2 once per group of jobs equal in Requirements and in every job
+    attribute it reads. Jobs every slot accepts are left out (the mapping's default); a job
+    whose Requirements do not evaluate gets no slot."""
+    targets = [(ad.get("Name"), _with_totals(ad)) for ad in slot_ads if _eval_quietly(ad, "PartitionableSlot")]
+    every = frozenset(name for name, _ in targets)
+    memo: dict[tuple, frozenset[str]] = {}
+    out: dict[JobKey, frozenset[str]] = {}
+    for job, ad in jobs:
+        original = ad.lookup(PIN_ORIGINAL_ATTR) if PIN_ORIGINAL_ATTR in ad else None
+        requirements = original if original is not None else ad.lookup("Requirements") if "Requirements" in ad else None
+        if requirements is None:
+            continue
+        refs = _own_references(ad, requirements)
+        key = (str(requirements), tuple((r, str(ad.lookup(r))) for r in refs))
+        if key not in memo:
+            probe = classad2.ClassAd()
+            for r in refs:
+                probe[r] = ad.lookup(r)
+            probe["Requirements"] = requirements
+            accepted = set()
+            for name, target in targets:
+                probe[PIN_SLOT_ATTR] = name
+                try:
+                    if target.matches(probe):
+                        accepted.add(name)
+                except Exception:  # a hostile expression matches nothing, as in HTCondor
+                    pass
+            memo[key] = frozenset(accepted)
+        if memo[key] != every:
+            out[job.key] = memo[key]
+    return out
+
+
+def _eval_quietly(ad: classad2.ClassAd, attr: str) -> Any:
+    try:
+        return _eval(ad, attr)
+    except AdError:
+        return None
+
+
 def read_ads(path: str | Path) -> list[classad2.ClassAd]:
     """Ads from a ``condor_q -json`` / ``condor_status -json`` file or ``-long`` text."""
     path = Path(path)
@@ -238,7 +328,9 @@ def _ads_from_json(path: Path, text: str) -> Iterator[classad2.ClassAd]:
         if not isinstance(obj, dict):
             raise SnapshotError(f"{path}: item {i} is not a JSON object")
         try:
-            yield classad2.parseOne(json.dumps(obj), classad2.ParserType.JSON)
+            # json.loads turned HTCondor's "\/Expr(...)\/" into "/Expr(...)/"; escaping every
+            # "/" again (valid JSON) lets classad2 read expressions as expressions, not strings.
+            yield classad2.parseOne(json.dumps(obj).replace("/", "\\/"), classad2.ParserType.JSON)
         except Exception as e:
             raise SnapshotError(f"{path}: item {i} is not a valid ClassAd: {e}") from None
 

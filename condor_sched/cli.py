@@ -11,7 +11,7 @@ import click
 
 from condor_sched import report
 from condor_sched.classads import SnapshotError
-from condor_sched.policies.base import PolicyError, get_policy, policy_names
+from condor_sched.policies.base import PolicyError, PolicyKind, get_policy, policy_names
 from condor_sched.settings import SettingsError
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -71,8 +71,10 @@ def show(queue: Path, machines: Path, as_json: bool) -> None:
 
 @main.command()
 @with_snapshot
-@click.option("--policy", default="knapsack", show_default=True,
-              type=click.Choice(policy_names()), help="Planning policy.")
+@click.option("--policy", default="knapsack", show_default=True, type=click.Choice(policy_names()),
+              help="Planning policy; a spread policy (sns, sns-global, ce, cs) replaces --spread-policy.")
+@click.option("--spread-policy", default="sns", show_default=True, type=click.Choice(["none", *policy_names(PolicyKind.SPREAD)]),
+              help="Policy for +CoSchedProgram jobs (COSCHED_SPREAD_POLICY); none leaves them.")
 @click.option("--granularity-mb", type=click.IntRange(min=1), default=50, show_default=True,
               help="Device memory granularity of the knapsack.")
 @click.option("--solver", type=click.Choice(["dp", "ortools"]), default="dp", show_default=True,
@@ -80,36 +82,44 @@ def show(queue: Path, machines: Path, as_json: bool) -> None:
 @click.option("--time-limit", type=click.FloatRange(min=0.01), default=2.0, show_default=True,
               help="CP-SAT time limit (s) of global policies.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random policy.")
+@click.option("--deterministic", is_flag=True,
+              help="One CP-SAT worker and a deterministic time limit: the same plan on every run.")
 @click.option("--thread-overcommit", type=click.FloatRange(min=1.0), default=1.0, show_default=True,
               help="Device threads a plan may use, as a multiple of each device's threads (what-if: "
                    "a live pool accounts only the PhiThreads its nodes advertise).")
+@click.option("--unpin-age-cycles", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Unpin a pin not matched within this many cycles (COSCHED_UNPIN_AGE_CYCLES).")
 @click.option("--profiles", "profiles_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Spread-n-Share profile directory (default: examples/profiles).")
+              help="Spread-n-Share profile directory (default: the bundled profiles).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def plan(queue: Path, machines: Path, policy: str, granularity_mb: int, solver: str, time_limit: float,
-         seed: int, thread_overcommit: float, profiles_dir: Path | None, as_json: bool) -> None:
-    """Plan the idle jobs of a queue snapshot offline (nothing is edited).
+def plan(queue: Path, machines: Path, policy: str, spread_policy: str, granularity_mb: int, solver: str,
+         time_limit: float, seed: int, deterministic: bool, thread_overcommit: float, unpin_age_cycles: int,
+         profiles_dir: Path | None, as_json: bool) -> None:
+    """Decide one sidecar cycle on a queue snapshot offline (nothing is edited).
 
     Example: condor-sched plan --queue queue.json --machines machines.json --policy global --json
 
-    Device policies (knapsack, global, exclusive, random) place jobs that request
-    PhiMemory; spread policies (sns, sns-global, ce, cs) place the procs of other jobs and
-    add scale_factor, llc_ways and mem_bw_gbs to each assignment. Exit 0 when it planned (placed or not); 2 on bad input.
+    The very cycle the sidecar runs: pins still fresh are kept (cycle numbers go on after
+    the newest CoSchedPinCycle), stale ones unpinned, the rest planned. Device policies
+    (knapsack, global, exclusive, random) place jobs that request PhiMemory; spread policies
+    (sns, sns-global, ce, cs) place the procs of +CoSchedProgram jobs and add scale_factor,
+    llc_ways and mem_bw_gbs to each assignment. Exit 0 when it planned (placed or not); 2 on bad input.
     """
+    from condor_sched.cycle import CycleConfig, CycleMemory, decide_cycle
     from condor_sched.policies.base import PlanSettings
 
     state = _load_snapshot(queue, machines)
     settings = PlanSettings(memory_granularity_mb=granularity_mb, knapsack_solver=solver,
                             solver_time_limit_s=time_limit, seed=seed, thread_overcommit=thread_overcommit,
-                            extra={"profiles": _profiles(profiles_dir)})
-    idle = [j for j in state.idle_jobs()]
-    result = get_policy(policy).plan(idle, state.slots, settings)
+                            deterministic=deterministic)
+    spread = None if spread_policy == "none" else get_policy(spread_policy)
+    config = CycleConfig(get_policy("knapsack"), spread, settings, unpin_age_cycles,
+                         _profiles(profiles_dir)).with_policy(policy)
+    decision = decide_cycle(state, CycleMemory.fresh(state), config)
     if as_json:
-        out = result.to_json()
-        out["skipped"] = [{"what": s.what, "reason": s.reason} for s in state.skipped]
-        click.echo(json.dumps(out, indent=2, sort_keys=True))
+        click.echo(json.dumps(decision.to_json(), indent=2, sort_keys=True))
     else:
-        click.echo(report.plan_text(state, result))
+        click.echo(report.decision_text(state, decision))
 
 
 def _log_to_file_from_knob() -> None:
@@ -157,30 +167,28 @@ def snapshot(outdir: Path) -> None:
 @click.option("--once", is_flag=True, help="Run one cycle and exit.")
 @click.option("--dry-run", is_flag=True, help="Log what a cycle would do; edit nothing.")
 @click.option("--policy", type=click.Choice(policy_names()), default=None,
-              help="Override COSCHED_POLICY.")
+              help="Override COSCHED_POLICY (or COSCHED_SPREAD_POLICY, for a spread policy).")
 def run(once: bool, dry_run: bool, policy: str | None) -> None:
     """Run the sidecar: once per negotiation cycle, plan idle co-scheduled jobs and pin them.
 
     Settings are HTCondor knobs COSCHED_* (config.d/50-cosched-sidecar.conf).
     Example: condor-sched run --once --dry-run
     """
-    from dataclasses import replace
-
     from condor_sched import pool
+    from condor_sched.cycle import CycleConfig
     from condor_sched.settings import settings_from_htcondor
     from condor_sched.sidecar import Sidecar
 
     _log_to_file_from_knob()
     try:
         settings = settings_from_htcondor()
+        config = CycleConfig.from_settings(settings, _profiles(settings.profile_dir))
         if policy:
-            settings = replace(settings, policy=policy)
-        chosen = get_policy(settings.policy)
+            config = config.with_policy(policy)
     except (SettingsError, PolicyError) as e:
         raise UsageFailure(str(e)) from None
-    spread = None if settings.spread_policy == "none" else get_policy(settings.spread_policy)
-    sidecar = Sidecar(settings, chosen, pool.read_state, None if dry_run else pool.JobEditor(),
-                      pool.last_negotiation_cycle_end, spread, {"profiles": _profiles(settings.profile_dir)})
+    sidecar = Sidecar(settings, config, pool.read_state, None if dry_run else pool.JobEditor(),
+                      pool.last_negotiation_cycle_end)
     if once:
         try:
             sidecar.run_cycle()

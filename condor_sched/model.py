@@ -108,6 +108,10 @@ class Job:
     slowdown_threshold: float = 0.9
     remote_slot: str | None = None
     started_at_s: int | None = None
+    #: The run time the user asked for (``AllowedExecuteDuration``, which the shadow enforces).
+    requested_runtime_s: int | None = None
+    #: The run time a source knows or predicts (the simulator's workload); None on a live pool.
+    expected_runtime_s: float | None = None
     attributes: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -206,12 +210,46 @@ class Plan:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeMeasurements:
+    """What a node agent measured on one node, published through a channel only root can
+    write (no agent publishes one yet: the trust-nothing work adds the channel).
+    ``jobs`` holds each running job's measured use."""
+
+    node: str
+    measured_at_s: int
+    jobs: Mapping[JobKey, Resources] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job holding a dynamic slot, as planners see it: where it runs, since when, how long
+    it asked for and is expected to take, and what it was measured to use."""
+
+    job: Job
+    slot: str
+    node: str
+    started_at_s: int | None
+    requested_runtime_s: int | None = None
+    expected_runtime_s: float | None = None
+    measured: Resources | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PoolState:
-    """Everything a planner reads: jobs, partitionable slots, and what was skipped."""
+    """One observation of the pool, whatever its source (live pool, snapshot, simulator):
+    jobs of every status, partitionable slots, node measurements and what was skipped.
+
+    ``eligible`` maps a job to the slots its own Requirements accept (evaluated by the
+    ClassAd adapter); a job missing from it may use every slot. ``exploration_scales`` is
+    the piggyback-profiling scale of each unprofiled program (from the node agents' run
+    records)."""
 
     jobs: tuple[Job, ...]
     slots: tuple[Slot, ...]
     skipped: tuple[Skipped, ...] = ()
+    eligible: Mapping[JobKey, frozenset[str]] = field(default_factory=dict)
+    nodes: Mapping[str, NodeMeasurements] = field(default_factory=dict)
+    exploration_scales: Mapping[str, int] = field(default_factory=dict)
 
     def idle_jobs(self) -> tuple[Job, ...]:
         return tuple(j for j in self.jobs if j.is_idle)

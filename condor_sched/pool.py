@@ -10,7 +10,7 @@ from typing import Mapping
 import classad2
 import htcondor2
 
-from condor_sched.classads import jobs_from_ads, slots_from_ads
+from condor_sched.classads import state_from_ads
 from condor_sched.model import (
     PIN_CLAUSE,
     PIN_CYCLE_ATTR,
@@ -28,7 +28,7 @@ from condor_sched.model import (
 JOB_PROJECTION = [
     "ClusterId", "ProcId", "GlobalJobId", "Owner", "JobStatus", "QDate", "Cmd", "Requirements",
     "RequestCpus", "RequestMemory", "RequestPhiMemory", "RequestPhiThreads", "RequestLLCWays",
-    "RequestMemBW", "CoSchedProgram", "CoSchedAlpha", "RemoteHost", "JobCurrentStartDate", "MemoryUsage", "ImageSize",
+    "RequestMemBW", "CoSchedProgram", "CoSchedAlpha", "RemoteHost", "JobCurrentStartDate", "AllowedExecuteDuration", "MemoryUsage", "ImageSize",
     PIN_SLOT_ATTR, PIN_CYCLE_ATTR, PIN_ORIGINAL_ATTR, PIN_LLC_WAYS_ATTR, PIN_MEM_BW_ATTR, PIN_SCALE_ATTR,
 ]
 #: Jobs any condor_sched policy covers (device jobs; spread jobs carry CoSchedProgram).
@@ -82,13 +82,7 @@ def read_ads(job_constraint: str = "true", projection: list[str] | None = None) 
 
 
 def ads_to_state(ads: LiveAds) -> PoolState:
-    jobs, skipped = [], []
-    for name, job_ads in ads.jobs.items():
-        j, s = jobs_from_ads(job_ads, name)
-        jobs += j
-        skipped += s
-    slots, slot_skips = slots_from_ads(ads.slots)
-    return PoolState(tuple(jobs), tuple(slots), tuple(skipped + slot_skips))
+    return state_from_ads(ads.jobs, ads.slots)
 
 
 def read_state(job_constraint: str = COVERED_JOBS) -> PoolState:

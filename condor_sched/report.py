@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from condor_sched.model import Plan, PoolState, Resources, SlotKind
+from condor_sched.cycle import CycleDecision
+from condor_sched.model import PoolState, Resources, SlotKind
 
 
 def _device_rows(state: PoolState, used: dict[str, Resources] | None = None) -> list[str]:
@@ -50,17 +51,23 @@ def state_json(state: PoolState) -> dict[str, Any]:
     }
 
 
-def plan_text(state: PoolState, plan: Plan) -> str:
+def decision_text(state: PoolState, decision: CycleDecision) -> str:
+    """One cycle's decision: each policy's placements and unplaced jobs, what happens to pins,
+    then the planned use of every device."""
     jobs = {j.key: j for j in state.jobs}
     used: dict[str, Resources] = {}
-    lines = [f"policy {plan.policy}: {len(plan.assignments)} placed, {len(plan.unplaced)} unplaced", ""]
-    lines.append(f"{'job':<28} {'slot':<38} {'dev mem MB':>10} {'threads':>7}")
-    for a in sorted(plan.assignments, key=lambda a: (a.slot, a.job)):
-        req = jobs[a.job].request if a.job in jobs else Resources()
-        used[a.slot] = used.get(a.slot, Resources()) + req
-        lines.append(f"{str(a.job):<28} {a.slot:<38} {req.device_memory_mb:>10} {req.device_threads:>7}")
-    for u in plan.unplaced:
-        lines.append(f"{str(u.job):<28} unplaced: {u.reason}")
+    lines = [f"cycle {decision.cycle}: {len(decision.kept)} pins kept, {len(decision.unpins)} to unpin, "
+             f"{len(decision.enrolls)} to enroll"]
+    lines += [f"{str(a.job):<28} kept on {a.slot}" for a in decision.kept]
+    lines += [f"{str(u.job):<28} unpin: {u.reason}" for u in decision.unpins]
+    for plan in decision.plans:
+        lines += ["", f"policy {plan.policy}: {len(plan.assignments)} placed, {len(plan.unplaced)} unplaced", ""]
+        lines.append(f"{'job':<28} {'slot':<38} {'dev mem MB':>10} {'threads':>7}")
+        for a in sorted(plan.assignments, key=lambda a: (a.slot, a.job)):
+            req = jobs[a.job].request if a.job in jobs else Resources()
+            used[a.slot] = used.get(a.slot, Resources()) + req
+            lines.append(f"{str(a.job):<28} {a.slot:<38} {req.device_memory_mb:>10} {req.device_threads:>7}")
+        lines += [f"{str(u.job):<28} unplaced: {u.reason}" for u in plan.unplaced]
     lines += ["", *_device_rows(state, used)]
     lines += [f"skipped {s}" for s in state.skipped]
     return "\n".join(lines)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from condor_sched.policies.base import PlanSettings, policy_names
+from condor_sched.policies.base import PlanSettings, PolicyKind, policy_names
 
 
 class SettingsError(ValueError):
@@ -59,11 +59,13 @@ def settings_from_knobs(knobs: Mapping[str, str]) -> SidecarSettings:
         else:
             top[field] = value
     settings = SidecarSettings(**top, plan=PlanSettings(**plan))  # type: ignore[arg-type]
-    if settings.policy not in policy_names():
-        raise SettingsError(f"COSCHED_POLICY = {settings.policy!r} is unknown; known: {', '.join(policy_names())}")
-    if settings.spread_policy != "none" and settings.spread_policy not in policy_names():
-        raise SettingsError(f"COSCHED_SPREAD_POLICY = {settings.spread_policy!r} is unknown; "
-                            f"known: none, {', '.join(policy_names())}")
+    device = policy_names(PolicyKind.DEVICE)
+    spread = policy_names(PolicyKind.SPREAD)
+    if settings.policy not in device:
+        raise SettingsError(f"COSCHED_POLICY = {settings.policy!r} is not a device policy; known: {', '.join(device)}")
+    if settings.spread_policy != "none" and settings.spread_policy not in spread:
+        raise SettingsError(f"COSCHED_SPREAD_POLICY = {settings.spread_policy!r} is not a spread policy; "
+                            f"known: none, {', '.join(spread)}")
     if settings.cycle_source not in ("negotiator", "interval"):
         raise SettingsError(f"COSCHED_CYCLE_SOURCE = {settings.cycle_source!r}: use negotiator or interval")
     if settings.plan.thread_overcommit != 1.0:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from condor_sched.classads import ads_to_json, jobs_from_ads, read_ads, slots_from_ads
+from condor_sched.classads import ads_to_json, read_ads, state_from_ads
 from condor_sched.model import PoolState
 
 QUEUE_FILE = "queue.json"
@@ -12,9 +12,7 @@ MACHINES_FILE = "machines.json"
 
 def load_snapshot(queue: str | Path, machines: str | Path) -> PoolState:
     """Records from snapshot files; raises SnapshotError for a file that does not parse."""
-    jobs, job_skips = jobs_from_ads(read_ads(queue))
-    slots, slot_skips = slots_from_ads(read_ads(machines))
-    return PoolState(tuple(jobs), tuple(slots), tuple(job_skips + slot_skips))
+    return state_from_ads({None: read_ads(queue)}, read_ads(machines))
 
 
 def write_snapshot(outdir: str | Path) -> tuple[Path, Path]:

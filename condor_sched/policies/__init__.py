@@ -1,7 +1,10 @@
 """Planners, one module per paper or baseline; importing this package registers them all."""
-from condor_sched.policies.base import PlanSettings, Policy, PolicyError, get_policy, policy_names, register
+from condor_sched.policies.base import (
+    PlanRequest, PlanSettings, Policy, PolicyError, PolicyKind, get_policy, policy_names, register, run_policy,
+)
 
-__all__ = ["PlanSettings", "Policy", "PolicyError", "get_policy", "policy_names", "register"]
+__all__ = ["PlanRequest", "PlanSettings", "Policy", "PolicyError", "PolicyKind", "get_policy", "policy_names",
+           "register", "run_policy"]
 
 # Each policy module registers itself on import (keep this list sorted).
 from condor_sched.policies import exclusive  # noqa: E402,F401

@@ -5,23 +5,36 @@ The sidecar, the offline planner and the simulator all find a policy by name thr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+import enum
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
-from condor_sched.model import Job, Plan, Slot
+from condor_sched.model import Assignment, Job, JobKey, NodeMeasurements, Plan, Resources, RunningJob, Slot, Unplaced
+
+if TYPE_CHECKING:
+    from condor_sched.profiles import ProfileStore
 
 
 class PolicyError(ValueError):
     """An unknown policy name or an invalid policy setting."""
 
 
+class PolicyKind(str, enum.Enum):
+    """What a policy places: device jobs on device slots, or spread jobs on socket slots."""
+
+    DEVICE = "device"
+    SPREAD = "spread"
+
+
 @dataclass(frozen=True, slots=True)
 class PlanSettings:
-    """Settings every policy may read; the sidecar fills them from COSCHED_* knobs.
+    """The knobs every policy may read; the sidecar fills them from COSCHED_* knobs, ``plan``
+    and ``simulate`` from their options.
 
-    ``cycle`` is the current negotiation cycle number (for aging), ``seed`` makes random
-    choices reproducible, ``deterministic`` asks CP-SAT for one worker and a
-    deterministic time limit (the simulator's byte-identical runs).
+    ``seed`` makes random choices reproducible, ``deterministic`` asks CP-SAT for one worker
+    and a deterministic time limit (the simulator's byte-identical runs).
+    ``sns_block_on_aged``: an aged spread job that fits nowhere holds lower-priority jobs back
+    so that nodes drain for it; ``sns_global_max_jobs``: jobs in ``sns-global``'s joint model.
     """
 
     memory_granularity_mb: int = 50
@@ -29,18 +42,90 @@ class PlanSettings:
     thread_overcommit: float = 1.0
     solver_time_limit_s: float = 2.0
     age_limit_cycles: int = 10
-    cycle: int = 0
     seed: int = 0
     deterministic: bool = False
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    sns_block_on_aged: bool = True
+    sns_global_max_jobs: int = 16
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRequest:
+    """What one policy call sees, all typed: the idle jobs to place, the jobs already running,
+    the partitionable slots with their free amounts, each job's eligible slots, the nodes'
+    measurements, the cycle number and when each job was first seen (aging), the program
+    profiles and the piggyback-profiling scales.
+
+    A job missing from ``eligible`` may use every slot. Through :func:`run_policy` (the only
+    way the cycle calls a policy) every job of a call is eligible for every slot of it."""
+
+    idle: tuple[Job, ...]
+    slots: tuple[Slot, ...]
+    running: tuple[RunningJob, ...] = ()
+    eligible: Mapping[JobKey, frozenset[str]] = field(default_factory=dict)
+    nodes: Mapping[str, NodeMeasurements] = field(default_factory=dict)
+    cycle: int = 0
+    first_seen_cycle: Mapping[JobKey, int] = field(default_factory=dict)
+    profiles: ProfileStore | None = None
+    exploration_scales: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, jobs: Sequence[Job], slots: Sequence[Slot], **more) -> PlanRequest:
+        """A request from plain sequences (tests, benchmarks)."""
+        return cls(tuple(jobs), tuple(slots), **more)
+
+    def age_of(self, job: JobKey) -> int:
+        """Cycles since ``job`` was first seen (0 when it was not seen before)."""
+        return self.cycle - self.first_seen_cycle.get(job, self.cycle)
 
 
 class Policy(Protocol):
     name: str
+    kind: PolicyKind
 
-    def plan(self, jobs: Sequence[Job], slots: Sequence[Slot], settings: PlanSettings) -> Plan:
-        """Place idle ``jobs`` on the free resources of ``slots``."""
+    def plan(self, request: PlanRequest, settings: PlanSettings) -> Plan:
+        """Place ``request.idle`` on the free resources of ``request.slots``."""
         ...
+
+
+def assigned_request(job: Job, assignment: Assignment) -> Resources:
+    """What a placed job's dynamic slot takes from its slot: the job's request, with the ways
+    and bandwidth a spread plan gave a proc (its ``llc_ways``/``mem_bw_gbs`` details)."""
+    details = assignment.details
+    if "llc_ways" not in details:
+        return job.request
+    return replace(job.request, llc_ways=int(details["llc_ways"]), mem_bw_gbs=float(details["mem_bw_gbs"]))
+
+
+def run_policy(policy: Policy, request: PlanRequest, settings: PlanSettings) -> Plan:
+    """``policy.plan`` so that no job lands outside its eligible slots: jobs are grouped by
+    eligible set and each group, oldest job first, is planned on its own slots with what the
+    groups before it left free. With one group (the usual queue) this is one call."""
+    groups: dict[frozenset[str] | None, list[Job]] = {}
+    names = frozenset(s.name for s in request.slots)
+    for job in request.idle:
+        allowed = request.eligible.get(job.key)
+        groups.setdefault(None if allowed is None or names <= allowed else allowed & names, []).append(job)
+    if len(groups) <= 1 and None in groups or not groups:
+        return policy.plan(replace(request, eligible={}), settings)
+    free = {s.name: s for s in request.slots}
+    by_key = {j.key: j for j in request.idle}
+    assignments: list[Assignment] = []
+    unplaced: list[Unplaced] = []
+    stats: dict[str, object] = {"eligibility_groups": len(groups)}
+    ordered = sorted(groups.items(), key=lambda kv: min((j.submitted_at_s, j.key) for j in kv[1]))
+    for allowed, jobs in ordered:
+        slots = tuple(s for n, s in free.items() if allowed is None or n in allowed)
+        if not slots:
+            unplaced += [Unplaced(j.key, "no slot satisfies the job's Requirements") for j in jobs]
+            continue
+        part = policy.plan(replace(request, idle=tuple(jobs), slots=slots, eligible={}), settings)
+        for a in part.assignments:
+            taken = assigned_request(by_key[a.job], a)
+            free[a.slot] = free[a.slot].with_free(free[a.slot].free - taken)
+        assignments += part.assignments
+        unplaced += part.unplaced
+        stats.update(part.stats)
+    return Plan(policy.name, tuple(assignments), tuple(unplaced), stats)
 
 
 _REGISTRY: dict[str, Callable[[], Policy]] = {}
@@ -67,10 +152,11 @@ def get_policy(name: str) -> Policy:
         raise PolicyError(f"unknown policy {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
 
 
-def policy_names() -> list[str]:
+def policy_names(kind: PolicyKind | None = None) -> list[str]:
+    """Registered policy names, all or those of one ``kind``."""
     from condor_sched import policies  # noqa: F401
 
-    return sorted(_REGISTRY)
+    return sorted(n for n, factory in _REGISTRY.items() if kind is None or factory.kind is kind)
 
 
 def cp_sat_solver(settings: PlanSettings, time_limit_s: float | None = None):

@@ -19,9 +19,9 @@ Aging rule (no job starves). Every placed job is worth ``COUNT_WEIGHT`` plus its
 Eq. 1 value, so the planners maximise the number of jobs placed first and the Eq. 1 sum
 second, and even a job with t = T (Eq. 1 value 0) has positive worth. That alone does not
 stop a stream of small jobs from beating one big job forever, so: a job idle for more than
-``settings.age_limit_cycles`` cycles is *starving*. Its age is ``settings.cycle`` minus the
-cycle it was first seen, read from ``settings.extra["first_seen_cycle"]`` (a mapping
-JobKey -> cycle the caller keeps; a job missing from it is taken as first seen this cycle).
+``settings.age_limit_cycles`` cycles is *starving*. Its age is the current cycle minus the
+cycle it was first seen (``PlanRequest.age_of``: the cycle keeps the first-seen cycles; a job
+not seen before is first seen this cycle).
 Before any knapsack runs, starving jobs, oldest first, are each placed on the device with
 the most free resources that fits them now; a starving job that fits no device now reserves
 the device with the most free resources whose total fits it (that device gets no other job
@@ -185,11 +185,6 @@ def _not_fitted_reason(need: Capacity, residual: np.ndarray, hardware_threads: n
     return "no device with enough free resources together this cycle"
 
 
-def age_of(job: Job, settings: PlanSettings) -> int:
-    first_seen: Mapping[JobKey, int] = settings.extra.get("first_seen_cycle", {}) or {}
-    return settings.cycle - first_seen.get(job.key, settings.cycle)
-
-
 def _roominess(cap: Sequence[int], total: Sequence[int]) -> float:
     return sum(c / t for c, t in zip(cap, total) if t > 0)
 
@@ -235,13 +230,14 @@ def split_too_big(jobs: Sequence[Job], slots: Sequence[Slot], settings: PlanSett
     return ok, bad
 
 
-def place_starving(jobs: Sequence[Job], state: DeviceState, settings: PlanSettings) -> list[Job]:
-    """The aging rule (module docstring): place or reserve for starving jobs; return the
-    jobs left for the knapsack."""
-    starving = [j for j in jobs if age_of(j, settings) > settings.age_limit_cycles]
+def place_starving(jobs: Sequence[Job], state: DeviceState, settings: PlanSettings,
+                   ages: Mapping[JobKey, int]) -> list[Job]:
+    """The aging rule (module docstring): place or reserve for starving jobs (``ages``: cycles
+    idle per job); return the jobs left for the knapsack."""
+    starving = [j for j in jobs if ages[j.key] > settings.age_limit_cycles]
     if not starving:
         return list(jobs)
-    starving.sort(key=lambda j: (-age_of(j, settings), job_order(j)))
+    starving.sort(key=lambda j: (-ages[j.key], job_order(j)))
     done: set[JobKey] = set()
     for job in starving:
         need = demand(job, settings)
@@ -256,7 +252,7 @@ def place_starving(jobs: Sequence[Job], state: DeviceState, settings: PlanSettin
         if later:
             best = min(later, key=lambda s: (-_roominess(state.residual[s.name], total_capacity(s, settings)), s.name))
             state.reserved.add(best.name)
-            state.notes[job.key] = f"starving (idle {age_of(job, settings)} cycles): reserved {best.name} to drain"
+            state.notes[job.key] = f"starving (idle {ages[job.key]} cycles): reserved {best.name} to drain"
             done.add(job.key)
     return [j for j in jobs if j.key not in done]
 

@@ -14,11 +14,10 @@ else on it, so exclusivity holds even when a slot ad the plan was made from is s
 from __future__ import annotations
 
 import time
-from typing import Sequence
 
-from condor_sched.model import Job, Plan, Slot
+from condor_sched.model import Plan
 from condor_sched.policies import devices as dv
-from condor_sched.policies.base import PlanSettings, register
+from condor_sched.policies.base import PlanRequest, PlanSettings, PolicyKind, register
 from condor_sched.policies.knapsack import prepare
 
 
@@ -27,10 +26,11 @@ class ExclusivePolicy:
     """MC: no sharing, a device holds one job at a time."""
 
     name = "exclusive"
+    kind = PolicyKind.DEVICE
 
-    def plan(self, jobs: Sequence[Job], slots: Sequence[Slot], settings: PlanSettings) -> Plan:
+    def plan(self, request: PlanRequest, settings: PlanSettings) -> Plan:
         t0 = time.perf_counter()
-        considered, dslots, too_big, state, rest = prepare(jobs, slots, settings, aging=False)
+        considered, dslots, too_big, state, rest = prepare(request, settings, aging=False)
         used = {a.slot for a in state.assignments}
         empty = [
             s

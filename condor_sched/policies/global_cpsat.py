@@ -38,7 +38,7 @@ from ortools.sat.python import cp_model
 
 from condor_sched.model import Job, Plan, Slot
 from condor_sched.policies import devices as dv
-from condor_sched.policies.base import PlanSettings, cp_sat_solver, register
+from condor_sched.policies.base import PlanRequest, PlanSettings, PolicyKind, cp_sat_solver, register
 from condor_sched.policies.knapsack import JobPool, greedy_fill, prepare
 
 #: Above this many (shape, device) variables the devices are solved in blocks.
@@ -246,10 +246,11 @@ class GlobalPolicy:
     """All devices jointly with CP-SAT, hinted with and never worse than MCCK."""
 
     name = "global"
+    kind = PolicyKind.DEVICE
 
-    def plan(self, jobs: Sequence[Job], slots: Sequence[Slot], settings: PlanSettings) -> Plan:
+    def plan(self, request: PlanRequest, settings: PlanSettings) -> Plan:
         t0 = time.perf_counter()
-        considered, dslots, too_big, state, rest = prepare(jobs, slots, settings)
+        considered, dslots, too_big, state, rest = prepare(request, settings)
         base_assignments = list(state.assignments)
         open_slots = state.open_slots()
         caps = {s.name: list(state.residual[s.name]) for s in open_slots}

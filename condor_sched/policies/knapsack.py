@@ -43,9 +43,9 @@ from typing import Sequence
 
 import numpy as np
 
-from condor_sched.model import Job, Plan, Slot
+from condor_sched.model import Job, Plan
 from condor_sched.policies import devices as dv
-from condor_sched.policies.base import PlanSettings, register
+from condor_sched.policies.base import PlanRequest, PlanSettings, PolicyKind, register
 
 #: Largest DP table (cells) solved exactly.
 MAX_DP_CELLS = 4_000_000
@@ -347,15 +347,18 @@ def greedy_fill(
     return {"knapsack_solves": solves, "knapsack_cache_hits": hits, "solver_exact": exact}
 
 
-def prepare(jobs: Sequence[Job], slots: Sequence[Slot], settings: PlanSettings, aging: bool = True):
+def prepare(request: PlanRequest, settings: PlanSettings, aging: bool = True):
     """The common start of every device plan: select, drop too-big jobs, apply aging
     (unless the policy is starvation-free by itself, as FIFO ``exclusive`` is)."""
     dv.check_settings(settings)
-    considered = dv.device_jobs(jobs)
-    dslots = dv.device_slots(slots)
+    considered = dv.device_jobs(request.idle)
+    dslots = dv.device_slots(request.slots)
     ok, too_big = dv.split_too_big(considered, dslots, settings)
     state = dv.DeviceState.start(dslots, settings)
-    rest = dv.place_starving(ok, state, settings) if aging else sorted(ok, key=dv.job_order)
+    if aging:
+        rest = dv.place_starving(ok, state, settings, {j.key: request.age_of(j.key) for j in ok})
+    else:
+        rest = sorted(ok, key=dv.job_order)
     return considered, dslots, too_big, state, rest
 
 
@@ -364,10 +367,11 @@ class KnapsackPolicy:
     """Paper 002's MCCK: greedy over devices, exact knapsack per device."""
 
     name = "knapsack"
+    kind = PolicyKind.DEVICE
 
-    def plan(self, jobs: Sequence[Job], slots: Sequence[Slot], settings: PlanSettings) -> Plan:
+    def plan(self, request: PlanRequest, settings: PlanSettings) -> Plan:
         t0 = time.perf_counter()
-        considered, dslots, too_big, state, rest = prepare(jobs, slots, settings)
+        considered, dslots, too_big, state, rest = prepare(request, settings)
         starving_placed = len(state.assignments)
         stats = greedy_fill(JobPool.build(rest, settings), state, settings)
         stats.update(

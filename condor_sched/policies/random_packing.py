@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Sequence
 
 import numpy as np
 
-from condor_sched.model import Job, Plan, Slot
+from condor_sched.model import Plan
 from condor_sched.policies import devices as dv
-from condor_sched.policies.base import PlanSettings, register
+from condor_sched.policies.base import PlanRequest, PlanSettings, PolicyKind, register
 from condor_sched.policies.knapsack import prepare
 
 
@@ -25,10 +24,11 @@ class RandomPolicy:
     """MCC: random cluster-level packing."""
 
     name = "random"
+    kind = PolicyKind.DEVICE
 
-    def plan(self, jobs: Sequence[Job], slots: Sequence[Slot], settings: PlanSettings) -> Plan:
+    def plan(self, request: PlanRequest, settings: PlanSettings) -> Plan:
         t0 = time.perf_counter()
-        considered, dslots, too_big, state, rest = prepare(jobs, slots, settings)
+        considered, dslots, too_big, state, rest = prepare(request, settings)
         rng = random.Random(settings.seed)
         order = list(rest)
         rng.shuffle(order)

@@ -29,18 +29,18 @@ exactly (so no solver is needed here; ``sns-global`` uses CP-SAT across several 
 
 Scale order (Fig. 11). The fastest profiled scale first, then the others in order of
 profiled exclusive run time; a job fitting none is delayed. Priority is age (cycles since
-first seen, ``settings.extra["first_seen_cycle"]`` keyed by JobKey, missing = this cycle),
+its procs were first seen, ``PlanRequest.age_of``),
 oldest first. A job whose age reaches ``settings.age_limit_cycles`` is no longer delayed:
 if no scale fits its (c, w, b) it is placed at the fastest scale whose cores fit, taking
 min(w, free) ways and min(b, free) bandwidth per socket (``details["relaxed"] = True``);
 if even its cores fit nowhere, it holds the lower-priority jobs back this cycle so that
-nodes drain for it (``settings.extra["sns_block_on_aged"]``, default True).
+nodes drain for it (``PlanSettings.sns_block_on_aged``, default True).
 
-Unknown programs (no profile in ``settings.extra["profiles"]``, a ProfileStore) run CE:
+Unknown programs (no profile in ``PlanRequest.profiles``) run CE:
 k = 1 on ceil(P/T) whole idle nodes, claiming all ways and bandwidth of every socket they
 use, flagged ``details["profile"] = "missing"`` so that piggyback profiling (Section 4.1)
 can start. Its later runs stay exclusive but try the scale factor
-``settings.extra["exploration_scales"][program]`` (k * ceil(P/T) whole nodes; from the node
+``PlanRequest.exploration_scales[program]`` (k * ceil(P/T) whole nodes; from the node
 agents' run records, condor_sched.piggyback) until spreading stops paying.
 
 Accounting for HTCondor (custom resources LLCWays and MemBW per SOCKET slot): each proc
@@ -57,8 +57,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from condor_sched.model import Assignment, Job, JobKey, Plan, Slot, SlotKind, Unplaced
-from condor_sched.policies.base import PlanSettings, register
+from condor_sched.model import Assignment, Job, Plan, Slot, SlotKind, Unplaced
+from condor_sched.policies.base import PlanRequest, PlanSettings, PolicyKind, register
 from condor_sched.profiles import Profile, ProfileStore
 
 BETA = 2.0
@@ -92,13 +92,12 @@ class ClusterJob:
         return f"{self.schedd}#{self.cluster}"
 
 
-def group_clusters(jobs: Sequence[Job], settings: PlanSettings) -> tuple[list[ClusterJob], list[Unplaced]]:
+def group_clusters(request: PlanRequest) -> tuple[list[ClusterJob], list[Unplaced]]:
     """Idle CPU jobs grouped by (schedd, cluster), highest priority first (oldest, then
     earliest submitted); procs with an unusable request are reported, not planned."""
-    first_seen: Mapping[JobKey, int] = settings.extra.get("first_seen_cycle", {}) or {}
     groups: dict[tuple[str, int], list[Job]] = {}
     bad: list[Unplaced] = []
-    for job in jobs:
+    for job in request.idle:
         if not job.is_idle or job.uses_device:
             continue
         if job.request.cpus < 1:
@@ -112,16 +111,11 @@ def group_clusters(jobs: Sequence[Job], settings: PlanSettings) -> tuple[list[Cl
         if not (0.0 < alpha <= 1.0):
             bad.extend(Unplaced(p.key, f"slowdown threshold (CoSchedAlpha) must be in (0, 1], got {alpha}") for p in procs)
             continue
-        seen = min(first_seen.get(p.key, settings.cycle) for p in procs)
+        age = max(request.age_of(p.key) for p in procs)
         clusters.append(ClusterJob(schedd, cluster, tuple(procs), procs[0].program, alpha,
-                                   max(0, settings.cycle - seen), min(p.submitted_at_s for p in procs)))
+                                   max(0, age), min(p.submitted_at_s for p in procs)))
     clusters.sort(key=lambda c: (-c.age, c.submitted_at_s, c.schedd, c.cluster))
     return clusters, bad
-
-
-def profile_store(settings: PlanSettings) -> ProfileStore:
-    store = settings.extra.get("profiles")
-    return store if isinstance(store, ProfileStore) else ProfileStore()
 
 
 # ---------------------------------------------------------------------------------------
@@ -368,11 +362,12 @@ def place_ce(job: ClusterJob, nodes: Sequence[NodeState], cores_per_node: int,
 class SnsPlanner:
     """The greedy SNS scheduling loop of Fig. 11 over a mutable view of the pool."""
 
-    def __init__(self, slots: Sequence[Slot], settings: PlanSettings, beta: float = BETA) -> None:
-        self.nodes = node_states(slots)
+    def __init__(self, request: PlanRequest, settings: PlanSettings, beta: float = BETA) -> None:
+        self.nodes = node_states(request.slots)
         self.settings = settings
         self.beta = beta
-        self.store = profile_store(settings)
+        self.store = request.profiles or ProfileStore()
+        self.exploration_scales = request.exploration_scales
         self.cores_per_node, self.full_ways = pool_shape(self.nodes)
         self.assignments: list[Assignment] = []
         self.unplaced: list[Unplaced] = []
@@ -404,7 +399,7 @@ class SnsPlanner:
         aged = job.age >= self.settings.age_limit_cycles
         options = self.options(job)
         if options is None:
-            k = int(self.settings.extra.get("exploration_scales", {}).get(job.program.lower(), 1))
+            k = int(self.exploration_scales.get(job.program.lower(), 1))
             pls = place_ce(job, self.nodes, self.cores_per_node, k) if self.cores_per_node else None
             if pls is None and k > 1:  # the wider profiling run does not fit now: plain CE
                 k = 1
@@ -439,7 +434,7 @@ class SnsPlanner:
         return False
 
     def run(self, clusters: Iterable[ClusterJob]) -> None:
-        block = self.settings.extra.get("sns_block_on_aged", True)
+        block = self.settings.sns_block_on_aged
         blocker: ClusterJob | None = None
         for job in clusters:
             if blocker is not None:
@@ -454,11 +449,12 @@ class SnsPolicy:
     """Spread-n-Share's greedy scheduler (paper 000, Sections 4.3-4.4, Fig. 11)."""
 
     name = "sns"
+    kind = PolicyKind.SPREAD
 
-    def plan(self, jobs: Sequence[Job], slots: Sequence[Slot], settings: PlanSettings) -> Plan:
+    def plan(self, request: PlanRequest, settings: PlanSettings) -> Plan:
         t0 = time.perf_counter()
-        clusters, bad = group_clusters(jobs, settings)
-        planner = SnsPlanner(slots, settings)
+        clusters, bad = group_clusters(request)
+        planner = SnsPlanner(request, settings)
         planner.run(clusters)
         stats = {"solve_time_s": round(time.perf_counter() - t0, 6), "jobs": len(clusters),
                  "placed_jobs": len({(a.job.schedd, a.job.cluster) for a in planner.assignments}),

@@ -1,7 +1,7 @@
 """``sns-global``: SNS's scale and node choice for several queued jobs at once, with CP-SAT.
 
 The greedy ``sns`` loop (Fig. 11 of paper 000) decides one job at a time. Here the first
-``settings.extra["sns_global_max_jobs"]`` (default 16) profiled, not-yet-aged jobs whose
+``PlanSettings.sns_global_max_jobs`` (default 16) profiled, not-yet-aged jobs whose
 procs ask one cpu each are planned jointly: for each job one scale option (k, n, w, b) or
 none; n nodes; per socket a number of procs. Constraints: the job's cores split as evenly
 as Section 4.3 asks (floor or ceil of P/n per node), per socket free cpus, ways (w per
@@ -26,8 +26,8 @@ from typing import Any, Sequence
 
 from ortools.sat.python import cp_model
 
-from condor_sched.model import Assignment, Job, Plan, Slot
-from condor_sched.policies.base import PlanSettings, cp_sat_solver, register
+from condor_sched.model import Assignment, Plan
+from condor_sched.policies.base import PlanRequest, PlanSettings, PolicyKind, cp_sat_solver, register
 from condor_sched.policies.sns import (
     BW_STEP_GBS, ClusterJob, NodePlacement, Option, SnsPlanner, bw_units, group_clusters,
 )
@@ -152,20 +152,21 @@ class SnsGlobalPolicy:
     than the greedy SNS plan on the objective above."""
 
     name = "sns-global"
+    kind = PolicyKind.SPREAD
 
-    def plan(self, jobs: Sequence[Job], slots: Sequence[Slot], settings: PlanSettings) -> Plan:
+    def plan(self, request: PlanRequest, settings: PlanSettings) -> Plan:
         t0 = time.perf_counter()
-        clusters, bad = group_clusters(jobs, settings)
+        clusters, bad = group_clusters(request)
         by_key = {(c.schedd, c.cluster): c for c in clusters}
-        greedy = SnsPlanner(slots, settings)
+        greedy = SnsPlanner(request, settings)
         metric = {nd.machine: round(100 * nd.metric()) for nd in greedy.nodes}
         greedy.run(clusters)
         greedy_value = _objective(greedy, greedy.assignments, by_key, metric)
         stats: dict[str, Any] = {"greedy_objective": greedy_value}
         chosen = greedy
         if clusters and not any(c.age >= settings.age_limit_cycles for c in clusters):
-            cp = SnsPlanner(slots, settings)
-            limit = int(settings.extra.get("sns_global_max_jobs", 16))
+            cp = SnsPlanner(request, settings)
+            limit = settings.sns_global_max_jobs
             model_jobs = [c for c in clusters if cp.store.get(c.program) is not None
                           and all(p.request.cpus == 1 for p in c.procs)][:limit]
             in_model = {id(c) for c in model_jobs}
@@ -173,7 +174,7 @@ class SnsGlobalPolicy:
                 if cp.store.get(c.program) is None:
                     cp.plan_job(c)
             # the greedy plan of the model jobs on the same residual pool is the hint
-            probe = SnsPlanner(slots, settings)
+            probe = SnsPlanner(request, settings)
             probe.nodes = [_copy_node(nd) for nd in cp.nodes]
             hint: dict[tuple[int, int, int], int] = {}
             node_index = {nd.machine: i for i, nd in enumerate(cp.nodes)}

@@ -17,17 +17,17 @@ import math
 import time
 from typing import Sequence
 
-from condor_sched.model import Job, Plan, Slot
-from condor_sched.policies.base import PlanSettings, register
+from condor_sched.model import Plan
+from condor_sched.policies.base import PlanRequest, PlanSettings, PolicyKind, register
 from condor_sched.policies.sns import (
     ClusterJob, Demand, NodePlacement, NodeState, Option, SnsPlanner, fit_on_node, group_clusters, place_ce,
 )
 
 
-def _plan(name: str, jobs: Sequence[Job], slots: Sequence[Slot], settings: PlanSettings, compact_share: bool) -> Plan:
+def _plan(name: str, request: PlanRequest, settings: PlanSettings, compact_share: bool) -> Plan:
     t0 = time.perf_counter()
-    clusters, bad = group_clusters(jobs, settings)
-    planner = SnsPlanner(slots, settings)
+    clusters, bad = group_clusters(request)
+    planner = SnsPlanner(request, settings)
     for job in clusters:
         if planner.cores_per_node <= 0:
             planner.delay(job, "no SOCKET slots")
@@ -84,9 +84,10 @@ class CompactExclusivePolicy:
     """CE: whole idle nodes, the minimum node footprint (Section 3.2)."""
 
     name = "ce"
+    kind = PolicyKind.SPREAD
 
-    def plan(self, jobs: Sequence[Job], slots: Sequence[Slot], settings: PlanSettings) -> Plan:
-        return _plan(self.name, jobs, slots, settings, compact_share=False)
+    def plan(self, request: PlanRequest, settings: PlanSettings) -> Plan:
+        return _plan(self.name, request, settings, compact_share=False)
 
 
 @register("cs")
@@ -94,7 +95,8 @@ class CompactSharePolicy:
     """CS: the fewest nodes with free cores, sharing nodes, blind to cache and bandwidth."""
 
     name = "cs"
+    kind = PolicyKind.SPREAD
 
-    def plan(self, jobs: Sequence[Job], slots: Sequence[Slot], settings: PlanSettings) -> Plan:
-        return _plan(self.name, jobs, slots, settings, compact_share=True)
+    def plan(self, request: PlanRequest, settings: PlanSettings) -> Plan:
+        return _plan(self.name, request, settings, compact_share=True)
 

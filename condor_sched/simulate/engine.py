@@ -1,13 +1,18 @@
 """The discrete-event simulator: arrivals, negotiation cycles, placements, completions.
 
 Nodes and slots come from the same inventory records as the local pool
-(:func:`condor_sched.inventory.node_slots`); each negotiation cycle hands the idle jobs and
-the slots, with their current free resources, to the very policy object the sidecar uses
-(``get_policy(name).plan``). A placement starts at once (the simulated schedd never
-refuses a match); the runtime model then runs the job on its device.
+(:func:`condor_sched.inventory.node_slots`). Each negotiation cycle builds the pool state
+(idle jobs with their pins, running jobs, slots with their current free resources) and runs
+the sidecar's own cycle on it (:func:`condor_sched.cycle.decide_cycle`, with the memory of
+earlier cycles the engine keeps as the sidecar does): stale pins are unpinned, kept pins
+hold their resources, the rest is planned by the very policy objects the sidecar uses. The
+decision is applied as the live pool would: unpins clear pins, pins are written, and the
+simulated negotiator then starts every pinned idle job that fits its slot now (a refused
+one stays pinned, is tried again next cycle and unpinned after ``unpin_age_cycles``); the
+runtime model then runs the job on its device.
 
-Checks the engine makes on every plan, as a startd would: a job may start only once,
-only on a device slot, and never beyond the slot's free device memory (a plan that would
+Checks the engine makes at every start, as a startd would: a job may start only once,
+only on a device slot, and never beyond the slot's free device memory (a pin that would
 exceed it is counted in ``memory_oversubscriptions`` and that start refused) or host
 cores/memory (counted in ``refused_starts``). Device threads may be oversubscribed by a
 plan (the random policy ignores them); the runtime model serialises offloads, and the
@@ -15,16 +20,18 @@ time during which a device's resident jobs ask for more threads than it has is s
 ``thread_oversubscribed_s``.
 
 Parallel CPU jobs (paper 000) start whole or not at all: every proc of the job must be
-assigned in the same plan to a SOCKET slot (else its assignments count as
-``invalid_assignments``), and each proc's dynamic slot (1 cpu, its memory, the
+pinned to a SOCKET slot (else its pins count as ``invalid_assignments``), and each proc's dynamic slot (1 cpu, its memory, the
 ``llc_ways`` and ``mem_bw_gbs`` of the assignment's details) must fit the slot's free
 resources with the job's other procs (else the start is refused, ``refused_starts``).
 The pool-wide runtime of the model (``profile_model.py``) then runs the job.
 
-Cycles in which nothing changed since the previous plan (no arrival, completion or start)
-are not re-planned: a deterministic policy would return the same plan. The exception is
-aging (``PlanSettings.age_limit_cycles``, ``extra["first_seen_cycle"]``, which the engine
-keeps as the sidecar does): a cycle at which some idle job turns starving is re-planned.
+Cycles in which nothing changed since the previous one (no arrival, completion or start,
+no pin waiting) are not decided again: a deterministic policy would return the same plan.
+The exception is aging (``PlanSettings.age_limit_cycles`` over the first-seen cycles of the
+cycle memory): a cycle at which some idle job turns starving is decided again.
+
+Cycle numbers are negotiation ticks (time / ``cycle_s``), so ages count simulated cycles
+even where the engine skips unchanged ones.
 """
 from __future__ import annotations
 
@@ -33,14 +40,18 @@ import itertools
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
+from condor_sched.cycle import CycleConfig, CycleDecision, CycleMemory, decide_cycle
 from condor_sched.inventory import Device, Inventory, Node, Socket, node_slots
-from condor_sched.model import Assignment, JobKey, Resources, Slot, SlotKind
-from condor_sched.policies.base import PlanSettings, Policy
+from condor_sched.model import Job, JobKey, JobStatus, PoolState, Resources, Slot, SlotKind, partitionable_slot_of
+from condor_sched.policies.base import PlanSettings, Policy, PolicyKind, assigned_request, get_policy
 from condor_sched.simulate.offload import DeviceRuntime, OffloadModel, RuntimeModel
 from condor_sched.simulate.profile_model import SocketShare
 from condor_sched.simulate.workloads import SimJob
+
+if TYPE_CHECKING:
+    from condor_sched.profiles import ProfileStore
 
 #: Domain of simulated slot names (slotN@node@node.DOMAIN), as in the local pool.
 SIM_DOMAIN = "sim"
@@ -146,7 +157,11 @@ class SocketState:
 
     @property
     def free(self) -> Resources:
-        return self.slot.total - self.used
+        """What is left; bandwidth a float sum brought a rounding error below zero is zero."""
+        free = self.slot.total - self.used
+        if -BW_TOLERANCE_GBS < free.mem_bw_gbs < 0:
+            return replace(free, mem_bw_gbs=0.0)
+        return free
 
 
 @dataclass(slots=True)
@@ -169,19 +184,31 @@ class RunResult:
     pool: object = None
 
 
+def _config_for(policy: Policy, settings: PlanSettings, profiles: ProfileStore | None,
+                unpin_age_cycles: int) -> CycleConfig:
+    """The sidecar's cycle config with ``policy`` in the place of its kind (device or spread);
+    the other kind keeps the sidecar's default (knapsack, sns)."""
+    config = CycleConfig(get_policy("knapsack"), get_policy("sns"), settings, unpin_age_cycles, profiles)
+    if getattr(policy, "kind", PolicyKind.DEVICE) is PolicyKind.SPREAD:
+        return replace(config, spread_policy=policy)
+    return replace(config, device_policy=policy)
+
+
 class Simulation:
     """One run: a workload on an inventory under one policy."""
 
     def __init__(self, jobs: Sequence[SimJob], inventory: Inventory, policy: Policy, *,
                  seed: int = 0, cycle_s: float = DEFAULT_CYCLE_S, model: RuntimeModel | None = None,
-                 settings: PlanSettings | None = None, record: bool = False,
+                 settings: PlanSettings | None = None, profiles: ProfileStore | None = None,
+                 unpin_age_cycles: int = 3, record: bool = False,
                  progress: Callable[[int], None] | None = None) -> None:
         if cycle_s <= 0:
             raise ValueError("the cycle interval must be > 0 s")
         self.policy = policy
         self.cycle_s = cycle_s
         self.seed = seed
-        self.base_settings = settings or PlanSettings()
+        self.base_settings = replace(settings or PlanSettings(), seed=seed, deterministic=True)
+        self.config = _config_for(policy, self.base_settings, profiles, unpin_age_cycles)
         self.progress = progress
         self.nodes = len(inventory.nodes)
         model = model or OffloadModel()
@@ -211,6 +238,7 @@ class Simulation:
             self.pool = model.pool([s.slot for s in self.sockets.values()],
                                    max(n.cores for n in inventory.nodes), self, record)
         self._heap: list = []
+        self._started = False
         self._seq = itertools.count()
         self.now = 0.0
         self.idle: dict[int, SimJob] = {}
@@ -219,9 +247,14 @@ class Simulation:
         self.running = 0
         self.finished = 0
         self.dirty = True
-        #: The cycle each job was first offered to the policy (its aging rule reads it,
-        #: as the sidecar's does).
-        self.first_seen_cycle: dict[JobKey, int] = {}
+        #: The cycle each idle job was first seen (the cycle memory's first-seen map).
+        self.first_seen_cycle: Mapping[JobKey, int] = {}
+        #: Idle procs' pins: slot, cycle of the pin and what the proc's dynamic slot will take.
+        self.pins: dict[JobKey, tuple[str, int, Resources]] = {}
+        #: Each arrived job's proc records (idle), per job index.
+        self.proc_records: dict[int, tuple[Job, ...]] = {}
+        #: Running jobs' records as the cycle sees them, per job index.
+        self.running_records: dict[int, tuple[Job, ...]] = {}
         self.cycles = 0
         self.plans = 0
         self.memory_oversubscriptions = 0
@@ -246,6 +279,7 @@ class Simulation:
             device.account(time_s)
             device.used = device.used - job.request
             del device.resident[job.index]
+        del self.running_records[job.index]
         self.running -= 1
         self.finished += 1
         self.dirty = True
@@ -257,20 +291,35 @@ class Simulation:
     def _arrive(self, job: SimJob, now: float) -> None:
         self.future_arrivals -= 1
         self.idle[job.index] = job
+        self.proc_records[job.index] = job.to_jobs()
         self.dirty = True
 
-    def _free_slots(self) -> list[Slot]:
+    def pool_state(self) -> PoolState:
+        """The pool as the cycle sees it: idle procs (oldest first) with their pins, running
+        jobs on their dynamic slots, and slots with their free amounts and children."""
+        idle = []
+        for sim_job in sorted(self.idle.values(), key=lambda j: (j.arrival_s, j.index)):
+            for job in self.proc_records[sim_job.index]:
+                pin = self.pins.get(job.key)
+                if pin is not None:
+                    job = replace(job, pinned_slot=pin[0], pinned_cycle=pin[1], request=pin[2])
+                idle.append(job)
+        running = [job for jobs in self.running_records.values() for job in jobs]
+        children: dict[str, list[str]] = {}
+        for job in running:
+            children.setdefault(partitionable_slot_of(job.remote_slot), []).append(job.remote_slot)  # type: ignore[arg-type]
         slots = []
         for name, slot in self.slots.items():
             state = self.devices.get(name) or self.sockets.get(name)
-            slots.append(slot.with_free(state.free) if state else slot)
-        return slots
+            slots.append(replace(slot, free=state.free if state else slot.free,
+                                 children=tuple(children.get(name, ()))))
+        return PoolState(tuple(idle + running), tuple(slots))
 
     def _cycle(self, tick: int, now: float) -> None:
         self.cycles += 1
         next_tick = tick + 1
-        if self.idle and (self.dirty or self._someone_turns_starving(tick)):
-            self._plan(tick, now)
+        if self.idle and (self.dirty or self.pins or self._someone_turns_starving(tick)):
+            self._decide(tick, now)
         elif self.idle and not self.running and not self.future_arrivals:
             # Nothing will change but aging: jump to the next cycle at which a job turns
             # starving, or give up when none will.
@@ -293,24 +342,46 @@ class Simulation:
         limit = self.base_settings.age_limit_cycles
         return any(tick - self.first_seen_cycle.get(j.key, tick) == limit + 1 for j in self.idle.values())
 
-    def _plan(self, tick: int, now: float) -> None:
+    def decide(self, memory: CycleMemory) -> CycleDecision:
+        """The sidecar's cycle on the simulated pool as it is now (nothing applied)."""
+        return decide_cycle(self.pool_state(), memory, self.config)
+
+    def _decide(self, tick: int, now: float) -> None:
+        """One cycle: decide on the pool state, write unpins and pins, then start what is
+        pinned and fits (the simulated negotiator and startd)."""
         self.plans += 1
-        idle_jobs = [p for j in sorted(self.idle.values(), key=lambda j: (j.arrival_s, j.index)) for p in j.to_jobs()]
-        for job in idle_jobs:
-            self.first_seen_cycle.setdefault(job.key, tick)
-        settings = replace(self.base_settings, cycle=tick, seed=self.seed, deterministic=True,
-                           extra={**self.base_settings.extra, "first_seen_cycle": self.first_seen_cycle})
-        plan = self.policy.plan(idle_jobs, self._free_slots(), settings)
+        decision = self.decide(CycleMemory(tick, self.first_seen_cycle))
+        self.first_seen_cycle = decision.first_seen
+        for unpin in decision.unpins:
+            self.pins.pop(unpin.job, None)
+        for plan in decision.plans:
+            for a in plan.assignments:
+                job = self.by_key.get(a.job)
+                if job is None or job.index not in self.idle or a.slot not in self.slots:
+                    self.invalid_assignments += 1
+                    continue
+                self.pins[a.job] = (a.slot, tick, assigned_request(self._proc(job, a.job), a))
+        self.dirty = self._start_pinned(now)
+
+    def _proc(self, job: SimJob, key: JobKey) -> Job:
+        return self.proc_records[job.index][key.proc if job.is_parallel else 0]
+
+    def _start_pinned(self, now: float) -> bool:
+        """Start every pinned idle job whose pins fit now; True when one started."""
         started = False
-        parallel: dict[int, list[Assignment]] = {}
-        for a in plan.assignments:
-            job = self.by_key.get(a.job)
-            if job is not None and job.is_parallel:
-                parallel.setdefault(job.index, []).append(a)
+        pinned: dict[int, list[tuple[JobKey, str, Resources]]] = {}
+        for key, (slot, _, request) in self.pins.items():
+            pinned.setdefault(self.by_key[key].index, []).append((key, slot, request))
+        for index, pins in sorted(pinned.items()):
+            job = self.records[index].job
+            if job.is_parallel:
+                started = self._start_parallel(job, pins, now) or started
                 continue
-            device = self.devices.get(a.slot)
-            if job is None or job.index not in self.idle or device is None:
+            key, slot, _ = pins[0]
+            device = self.devices.get(slot)
+            if device is None:
                 self.invalid_assignments += 1
+                del self.pins[key]
                 continue
             free = device.free
             if job.device_memory_mb > free.device_memory_mb:
@@ -319,46 +390,50 @@ class Simulation:
             if job.request.cpus > free.cpus or job.request.memory_mb > free.memory_mb:
                 self.refused_starts += 1
                 continue
-            self._start(job, device, a.slot, now)
+            del self.pins[key]
+            self._start(job, device, slot, now)
             started = True
-        for index, assignments in parallel.items():
-            started = self._start_parallel(self.records[index].job, assignments, now) or started
-        self.dirty = started
+        return started
 
-    def _start_parallel(self, job: SimJob, assignments: list[Assignment], now: float) -> bool:
-        """Start a parallel job whose every proc the plan assigned, if all fit (see above)."""
-        keys = [a.job for a in assignments]
-        if (job.index not in self.idle or sorted(keys) != list(job.proc_keys())
-                or any(a.slot not in self.sockets for a in assignments)):
-            self.invalid_assignments += len(assignments)
+    def _start_parallel(self, job: SimJob, pins: list[tuple[JobKey, str, Resources]], now: float) -> bool:
+        """Start a parallel job whose every proc is pinned, if all fit (module docstring)."""
+        if sorted(key for key, _, _ in pins) != list(job.proc_keys()) or any(s not in self.sockets for _, s, _ in pins):
+            self.invalid_assignments += len(pins)
+            for key, _, _ in pins:
+                del self.pins[key]
             return False
         free = {name: s.free for name, s in self.sockets.items()}
-        allocations = []
-        for a in assignments:
-            request = job.request + Resources(llc_ways=int(a.details.get("llc_ways", 0)),
-                                              mem_bw_gbs=float(a.details.get("mem_bw_gbs", 0.0)))
-            left = free[a.slot] - request
+        for _, slot, request in pins:
+            left = free[slot] - request
             if (left.cpus < 0 or left.memory_mb < 0 or left.llc_ways < 0
                     or left.mem_bw_gbs < -BW_TOLERANCE_GBS or request.llc_ways < 0 or request.mem_bw_gbs < 0):
                 self.refused_starts += 1
                 return False
-            free[a.slot] = left
-            allocations.append((a.slot, request))
+            free[slot] = left
         del self.idle[job.index]
-        for slot, request in allocations:
-            self.sockets[slot].used = self.sockets[slot].used + request
         shares: dict[str, list[int]] = {}
-        for a in assignments:
-            procs_ways = shares.setdefault(a.slot, [0, 0])
+        for key, slot, request in pins:
+            del self.pins[key]
+            self.sockets[slot].used = self.sockets[slot].used + request
+            procs_ways = shares.setdefault(slot, [0, 0])
             procs_ways[0] += 1
-            procs_ways[1] = max(procs_ways[1], int(a.details.get("group_llc_ways", a.details.get("llc_ways", 0))))
+            procs_ways[1] += request.llc_ways
         nodes = len({self.slots[s].machine for s in shares})
         rec = self.records[job.index]
-        rec.start_s, rec.allocations, rec.nodes = now, tuple(allocations), nodes
+        rec.start_s, rec.allocations, rec.nodes = now, tuple((slot, request) for _, slot, request in pins), nodes
+        self.running_records[job.index] = tuple(
+            self._running_record(key, slot, request, now) for key, slot, request in pins)
         self.running += 1
         rec.scale, rec.exclusive_at_scale_s = self.pool.admit(
             job, [SocketShare(s, p, w) for s, (p, w) in sorted(shares.items())], nodes, now)
         return True
+
+    def _running_record(self, key: JobKey, slot: str, request: Resources, now: float) -> Job:
+        """A started proc as the cycle sees it: running in its own dynamic slot of ``slot``."""
+        head, at, rest = slot.partition("@")
+        job = self.by_key[key]
+        return replace(self._proc(job, key), status=JobStatus.RUNNING, request=request,
+                       remote_slot=f"{head}_{key.cluster}_{key.proc}{at}{rest}", started_at_s=int(now))
 
     def _start(self, job: SimJob, device: DeviceState, slot: str, now: float) -> None:
         del self.idle[job.index]
@@ -368,18 +443,25 @@ class Simulation:
         device.used = device.used + job.request
         device.resident[job.index] = job
         self.running += 1
+        self.running_records[job.index] = (self._running_record(job.key, slot, job.request, now),)
         device.runtime.admit(job, now)
 
-    def run(self) -> RunResult:
-        for job in sorted(self.records.values(), key=lambda r: (r.job.arrival_s, r.job.index)):
-            self.future_arrivals += 1
-            self._arrivals.append(job.job.arrival_s)
-            self.schedule(job.job.arrival_s, lambda t, j=job.job: self._arrive(j, t), _ARRIVAL)
-        self.schedule(0.0, lambda t: self._cycle(0, t), _CYCLE)
-        while self._heap and self.finished < len(self.records):
+    def advance(self, until_s: float = math.inf) -> None:
+        """Process every event up to ``until_s`` (the first call schedules the arrivals)."""
+        if not self._started:
+            self._started = True
+            for job in sorted(self.records.values(), key=lambda r: (r.job.arrival_s, r.job.index)):
+                self.future_arrivals += 1
+                self._arrivals.append(job.job.arrival_s)
+                self.schedule(job.job.arrival_s, lambda t, j=job.job: self._arrive(j, t), _ARRIVAL)
+            self.schedule(0.0, lambda t: self._cycle(0, t), _CYCLE)
+        while self._heap and self.finished < len(self.records) and self._heap[0][0] <= until_s:
             time_s, _, _, action = heapq.heappop(self._heap)
             self.now = time_s
             action(time_s)
+
+    def run(self) -> RunResult:
+        self.advance()
         makespan = max((r.end_s for r in self.records.values()), default=0.0)
         for device in self.devices.values():
             device.account(makespan)

@@ -5,11 +5,12 @@ Shared by the ``simulate`` command and ``scripts/reproduce``.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from condor_sched.inventory import Inventory
 from condor_sched.policies.base import PlanSettings, get_policy
+from condor_sched.profiles import ProfileStore
 from condor_sched.simulate.engine import DEFAULT_CYCLE_S, RunResult, first_nodes, phi_inventory, simulate, xeon_inventory
 from condor_sched.simulate.metrics import mean_metrics, run_metrics
 from condor_sched.simulate.offload import OffloadModel, RuntimeModel
@@ -26,25 +27,26 @@ class RunSpec:
     cycle_s: float = DEFAULT_CYCLE_S
     model: RuntimeModel | None = None
     settings: PlanSettings | None = None
+    profiles: ProfileStore | None = None
 
 
 def spec_for(workload: str, policy: str, cycle_s: float = DEFAULT_CYCLE_S, settings: PlanSettings | None = None,
              inventory: Inventory | None = None, nodes: int = 8) -> RunSpec:
     """The default pool and model of a workload: ``sns-random`` runs the profile model on
-    ``nodes`` Xeon nodes with the 12 profiles in ``settings.extra["profiles"]``; device
+    ``nodes`` Xeon nodes with the 12 bundled profiles; device
     workloads run the offload model on ``nodes`` one-Phi nodes."""
     settings = settings or PlanSettings()
     if is_parallel_workload(workload):
         store = default_profiles()
-        settings = replace(settings, extra={**settings.extra, "profiles": store})
-        return RunSpec(policy, inventory or xeon_inventory(nodes), cycle_s, ProfileDrivenModel(store), settings)
+        return RunSpec(policy, inventory or xeon_inventory(nodes), cycle_s, ProfileDrivenModel(store), settings, store)
     return RunSpec(policy, inventory or phi_inventory(nodes), cycle_s, OffloadModel(), settings)
 
 
 def run(jobs: Sequence[SimJob], spec: RunSpec, nodes: int | None, seed: int, *, record: bool = False,
         progress: Callable[[int], None] | None = None) -> tuple[dict[str, Any], RunResult]:
     result = simulate(jobs, first_nodes(spec.inventory, nodes), get_policy(spec.policy), seed=seed,
-                      cycle_s=spec.cycle_s, model=spec.model, settings=spec.settings, record=record,
+                      cycle_s=spec.cycle_s, model=spec.model, settings=spec.settings, profiles=spec.profiles,
+                      record=record,
                       progress=progress)
     return run_metrics(result), result
 

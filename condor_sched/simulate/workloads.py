@@ -109,8 +109,9 @@ class SimJob:
     def to_jobs(self) -> tuple[Job, ...]:
         """The idle proc records the policies see (the same records the sidecar builds)."""
         return tuple(Job(key=k, owner="sim", status=JobStatus.IDLE, request=self.request,
-                         submitted_at_s=int(self.arrival_s), program=self.program,
-                         slowdown_threshold=self.alpha) for k in self.proc_keys())
+                         submitted_at_s=int(self.arrival_s), program=self.program, spread=self.is_parallel,
+                         slowdown_threshold=self.alpha, has_pin_clause=True,
+                         expected_runtime_s=self.exclusive_runtime_s) for k in self.proc_keys())
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ import itertools
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
+from condor_sched.policies.base import PlanRequest
 from condor_sched.model import Job, JobKey, JobStatus, Resources, Slot, SlotKind
 from condor_sched.policies import PlanSettings, get_policy
 from condor_sched.policies.devices import count_weight, eq1_value, scaled_value
@@ -54,7 +55,7 @@ def test_knapsack_picks_more_small_jobs_over_one_big_hand_checked() -> None:
     # Threads: B+C+D = 180 <= 240, memory 120 <= 163: 3 jobs, value 2.8125. Adding E: 360 threads,
     # no. A with anything: 240 + 60 > 240. E + B: 2 jobs. So the best is {B, C, D}.
     jobs = [job(1, 4000, 240), job(2, 2000, 60), job(3, 2000, 60), job(4, 2000, 60), job(5, 3000, 180)]
-    plan = get_policy("knapsack").plan(jobs, [device("d0")], PlanSettings())
+    plan = get_policy("knapsack").plan(PlanRequest.of(jobs, [device("d0")]), PlanSettings())
     assert sorted(a.job.cluster for a in plan.assignments) == [2, 3, 4]
     assert plan.stats["eq1_value_sum"] == pytest.approx(3 * 0.9375)
 
@@ -64,40 +65,40 @@ def test_knapsack_respects_memory_hand_checked() -> None:
     # so only 3 fit; a 180-thread job of 300 MB (6 granules) cannot join (180 + 3 x 60 > 240) but
     # 2 x 60 + ... no: 3 x 60 = 180, 60 left, so the best is 3 jobs of 60 threads.
     jobs = [job(i, 2100, 60) for i in range(4)] + [job(9, 300, 180)]
-    plan = get_policy("knapsack").plan(jobs, [device("d0")], PlanSettings())
+    plan = get_policy("knapsack").plan(PlanRequest.of(jobs, [device("d0")]), PlanSettings())
     assert sorted(a.job.cluster for a in plan.assignments) == [0, 1, 2]  # the three oldest
 
 
 def test_memory_rounds_up_and_capacity_down() -> None:
     # 1000 MB free = 20 granules; two 510 MB jobs round up to 11 granules each: 22 > 20, only one.
     free = Resources(cpus=4, memory_mb=1024, device_memory_mb=1000, device_threads=240)
-    plan = get_policy("knapsack").plan([job(1, 510, 60), job(2, 510, 60)], [device("d0", free=free)], PlanSettings())
+    plan = get_policy("knapsack").plan(PlanRequest.of([job(1, 510, 60), job(2, 510, 60)], [device("d0", free=free)]), PlanSettings())
     assert len(plan.assignments) == 1
 
 
 def test_count_beats_eq1_value_sum() -> None:
     # Count first: two 180... not possible (360 > 240). One 240-t job (v=0) vs nothing -> placed.
-    plan = get_policy("knapsack").plan([job(1, 500, 240)], [device("d0")], PlanSettings())
+    plan = get_policy("knapsack").plan(PlanRequest.of([job(1, 500, 240)], [device("d0")]), PlanSettings())
     assert len(plan.assignments) == 1
 
 
 def test_host_cpus_are_a_constraint() -> None:
     # 4 cpus on the device slot, jobs take 2 each: only 2 of the four 60-thread jobs.
     jobs = [job(i, 300, 60, cpus=2) for i in range(4)]
-    plan = get_policy("knapsack").plan(jobs, [device("d0")], PlanSettings())
+    plan = get_policy("knapsack").plan(PlanRequest.of(jobs, [device("d0")]), PlanSettings())
     assert len(plan.assignments) == 2
 
 
 def test_thread_overcommit_allows_more_threads() -> None:
     jobs = [job(i, 300, 240) for i in range(3)]
-    plan = get_policy("knapsack").plan(jobs, [device("d0")], PlanSettings(thread_overcommit=2.0))
+    plan = get_policy("knapsack").plan(PlanRequest.of(jobs, [device("d0")]), PlanSettings(thread_overcommit=2.0))
     assert len(plan.assignments) == 2
 
 
 def test_ortools_solver_policy_matches_dp_hand_checked() -> None:
     jobs = [job(1, 4000, 240), job(2, 2000, 60), job(3, 2000, 60), job(4, 2000, 60), job(5, 3000, 180)]
-    p_dp = get_policy("knapsack").plan(jobs, [device("d0")], PlanSettings(knapsack_solver="dp"))
-    p_or = get_policy("knapsack").plan(jobs, [device("d0")], PlanSettings(knapsack_solver="ortools"))
+    p_dp = get_policy("knapsack").plan(PlanRequest.of(jobs, [device("d0")]), PlanSettings(knapsack_solver="dp"))
+    p_or = get_policy("knapsack").plan(PlanRequest.of(jobs, [device("d0")]), PlanSettings(knapsack_solver="ortools"))
     assert p_dp.assignments == p_or.assignments
 
 
@@ -144,7 +145,7 @@ def test_bounded_dp_matches_the_expanded_0_1_problem(shapes, caps) -> None:
 def test_knapsack_policy_dp_and_ortools_reach_the_same_value(specs, n_dev) -> None:
     jobs = [job(i, m * 50, t) for i, (t, m) in enumerate(specs)]
     slots = [device(f"d{i}") for i in range(n_dev)]
-    a = get_policy("knapsack").plan(jobs, slots, PlanSettings(knapsack_solver="dp"))
-    b = get_policy("knapsack").plan(jobs, slots, PlanSettings(knapsack_solver="ortools"))
+    a = get_policy("knapsack").plan(PlanRequest.of(jobs, slots), PlanSettings(knapsack_solver="dp"))
+    b = get_policy("knapsack").plan(PlanRequest.of(jobs, slots), PlanSettings(knapsack_solver="ortools"))
     assert len(a.assignments) == len(b.assignments)
     assert a.stats["eq1_value_sum"] == pytest.approx(b.stats["eq1_value_sum"])

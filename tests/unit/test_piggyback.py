@@ -1,6 +1,7 @@
 """Piggyback profiling, planner side: unknown programs run exclusive at ever wider scales."""
 import json
 
+from condor_sched.cycle import CycleConfig
 from condor_sched.inventory import default_inventory_path, load_inventory, node_slots
 from condor_sched.model import Job, JobKey, JobStatus, PoolState, Resources
 from condor_sched.piggyback import exploration_scales
@@ -35,9 +36,9 @@ def test_the_sidecar_runs_an_unknown_program_exclusive_at_the_next_scale(tmp_pat
                       request=Resources(cpus=1, memory_mb=64), has_pin_clause=True, program="NEWAPP", spread=True)
                   for p in range(4))
     settings = SidecarSettings(profile_runs_dir=str(tmp_path))
-    sidecar = Sidecar(settings, get_policy("knapsack"), lambda: PoolState(procs, slots), None,
-                      spread_policy=get_policy("sns"),
-                      extra={"profiles": ProfileStore.load_dir(default_profiles_dir())})
+    config = CycleConfig(get_policy("knapsack"), get_policy("sns"),
+                         profiles=ProfileStore.load_dir(default_profiles_dir()))
+    sidecar = Sidecar(settings, config, lambda: PoolState(procs, slots), None)
     decision = sidecar.run_cycle()
     pins = decision.pins
     assert len(pins) == 4 and {p.scale_factor for p in pins} == {2}

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
+from condor_sched.policies.base import PlanRequest
 from condor_sched.model import Job, JobKey, JobStatus, Resources, Slot, SlotKind
 from condor_sched.policies import PlanSettings, get_policy, policy_names
 
@@ -63,7 +64,7 @@ def test_all_device_policies_are_registered() -> None:
 @given(js=job_specs, ss=slot_specs, seed=st.integers(0, 3))
 def test_no_policy_oversubscribes_a_device_or_loses_a_job(name, js, ss, seed) -> None:
     jobs, slots = build(js, ss)
-    plan = get_policy(name).plan(jobs, slots, PlanSettings(seed=seed, solver_time_limit_s=0.5, deterministic=True))
+    plan = get_policy(name).plan(PlanRequest.of(jobs, slots), PlanSettings(seed=seed, solver_time_limit_s=0.5, deterministic=True))
     by_key = {j.key: j for j in jobs}
     used = {s.name: Resources() for s in slots}
     for a in plan.assignments:
@@ -87,8 +88,8 @@ def test_no_policy_oversubscribes_a_device_or_loses_a_job(name, js, ss, seed) ->
 def test_global_never_places_fewer_jobs_than_knapsack(js, ss) -> None:
     jobs, slots = build(js, ss)
     s = PlanSettings(solver_time_limit_s=0.5, deterministic=True)
-    assert len(get_policy("global").plan(jobs, slots, s).assignments) >= len(
-        get_policy("knapsack").plan(jobs, slots, s).assignments
+    assert len(get_policy("global").plan(PlanRequest.of(jobs, slots), s).assignments) >= len(
+        get_policy("knapsack").plan(PlanRequest.of(jobs, slots), s).assignments
     )
 
 
@@ -100,8 +101,8 @@ def test_global_beats_greedy_when_memory_must_be_balanced() -> None:
     # d0: 3 x 300 + 1 x 3900 = 4800 (4 jobs), d1: 1 x 300 + 2 x 3900 = 8100 (3 jobs) -> 7 jobs.
     jobs = [job(i, 300, 60) for i in range(4)] + [job(10 + i, 3900, 60) for i in range(4)]
     slots = [device("d0"), device("d1")]
-    assert len(get_policy("knapsack").plan(jobs, slots, PlanSettings()).assignments) == 6
-    assert len(get_policy("global").plan(jobs, slots, PlanSettings(deterministic=True)).assignments) == 7
+    assert len(get_policy("knapsack").plan(PlanRequest.of(jobs, slots), PlanSettings()).assignments) == 6
+    assert len(get_policy("global").plan(PlanRequest.of(jobs, slots), PlanSettings(deterministic=True)).assignments) == 7
 
 
 @pytest.mark.parametrize("name", DEVICE_POLICIES)
@@ -110,12 +111,12 @@ def test_global_beats_greedy_when_memory_must_be_balanced() -> None:
 def test_same_input_gives_the_same_plan(name, js, ss) -> None:
     jobs, slots = build(js, ss)
     s = PlanSettings(seed=7, solver_time_limit_s=0.5, deterministic=True)
-    assert get_policy(name).plan(jobs, slots, s) == get_policy(name).plan(list(reversed(jobs)), slots, s)
+    assert get_policy(name).plan(PlanRequest.of(jobs, slots), s) == get_policy(name).plan(PlanRequest.of(list(reversed(jobs)), slots), s)
 
 
 def test_unplaced_reasons_name_the_shortfall() -> None:
     jobs = [job(1, 9000, 60), job(2, 4000, 240), job(3, 4000, 240)]
-    plan = get_policy("knapsack").plan(jobs, [device("d0")], PlanSettings())
+    plan = get_policy("knapsack").plan(PlanRequest.of(jobs, [device("d0")]), PlanSettings())
     reasons = {u.job.cluster: u.reason for u in plan.unplaced}
     assert reasons[1] == "needs 9000 MB device memory, largest device has 8192"
     assert reasons[3].startswith("no device with enough free device threads")
@@ -124,22 +125,22 @@ def test_unplaced_reasons_name_the_shortfall() -> None:
 def test_only_idle_device_jobs_and_device_slots_are_considered() -> None:
     jobs = [job(1, 500, 60), job(2, 500, 60, status=JobStatus.RUNNING), replace(job(3, 0, 0))]
     socket = Slot(name="s0", machine="n", kind=SlotKind.SOCKET, total=Resources(cpus=8), free=Resources(cpus=8))
-    plan = get_policy("knapsack").plan(jobs, [device("d0"), socket], PlanSettings())
+    plan = get_policy("knapsack").plan(PlanRequest.of(jobs, [device("d0"), socket]), PlanSettings())
     assert [a.job.cluster for a in plan.assignments] == [1] and plan.unplaced == ()
 
 
 def test_exclusive_uses_only_empty_devices_one_job_each() -> None:
     busy = Resources(cpus=3, memory_mb=900, device_memory_mb=4000, device_threads=180)
     slots = [device("d0", free=busy), device("d1"), device("d2")]
-    plan = get_policy("exclusive").plan([job(i, 300, 60) for i in range(5)], slots, PlanSettings())
+    plan = get_policy("exclusive").plan(PlanRequest.of([job(i, 300, 60) for i in range(5)], slots), PlanSettings())
     assert sorted(a.slot for a in plan.assignments) == ["d1", "d2"]
 
 
 def test_random_is_reproducible_by_seed() -> None:
     jobs = [job(i, 300 + 50 * i, 60) for i in range(20)]
     slots = [device(f"d{i}") for i in range(4)]
-    a = get_policy("random").plan(jobs, slots, PlanSettings(seed=1))
-    b = get_policy("random").plan(jobs, slots, PlanSettings(seed=1))
+    a = get_policy("random").plan(PlanRequest.of(jobs, slots), PlanSettings(seed=1))
+    b = get_policy("random").plan(PlanRequest.of(jobs, slots), PlanSettings(seed=1))
     assert (a.assignments, a.unplaced) == (b.assignments, b.unplaced)
 
 
@@ -164,8 +165,8 @@ def test_a_full_device_job_is_eventually_placed_under_aging(name: str) -> None:
             used = used + j.request
         total = device("d0").total
         slot = device("d0", free=total - used)
-        settings = PlanSettings(cycle=cycle, age_limit_cycles=limit, deterministic=True, extra={"first_seen_cycle": first_seen})
-        plan = get_policy(name).plan(queue, [slot], settings)
+        settings = PlanSettings(age_limit_cycles=limit, deterministic=True)
+        plan = get_policy(name).plan(PlanRequest.of(queue, [slot], cycle=cycle, first_seen_cycle=dict(first_seen)), settings)
         placed = {a.job for a in plan.assignments}
         if big.key in placed:
             assert cycle <= limit + 3
@@ -186,12 +187,12 @@ def test_global_large_pool_path_keeps_the_invariants(js, ss) -> None:
     old = global_cpsat.MAX_MODEL_VARS
     global_cpsat.MAX_MODEL_VARS = 1
     try:
-        plan = get_policy("global").plan(jobs, slots, s)
-        again = get_policy("global").plan(jobs, slots, s)
+        plan = get_policy("global").plan(PlanRequest.of(jobs, slots), s)
+        again = get_policy("global").plan(PlanRequest.of(jobs, slots), s)
     finally:
         global_cpsat.MAX_MODEL_VARS = old
     assert plan == again
-    assert len(plan.assignments) >= len(get_policy("knapsack").plan(jobs, slots, s).assignments)
+    assert len(plan.assignments) >= len(get_policy("knapsack").plan(PlanRequest.of(jobs, slots), s).assignments)
     by_key = {j.key: j for j in jobs}
     used = {x.name: Resources() for x in slots}
     for a in plan.assignments:
@@ -211,19 +212,20 @@ def test_global_pattern_model_beats_myopic_greedy_on_many_identical_devices() ->
     jobs = [job(i, 300, 60) for i in range(8)] + [job(20 + i, 300, 180) for i in range(10)]
     slots = [device(f"d{i}") for i in range(10)]
     s = PlanSettings(deterministic=True)
-    assert len(get_policy("knapsack").plan(jobs, slots, s).assignments) == 16
+    assert len(get_policy("knapsack").plan(PlanRequest.of(jobs, slots), s).assignments) == 16
     old = global_cpsat.MAX_MODEL_VARS
     global_cpsat.MAX_MODEL_VARS = 1
     try:
-        assert len(get_policy("global").plan(jobs, slots, s).assignments) == 18
+        assert len(get_policy("global").plan(PlanRequest.of(jobs, slots), s).assignments) == 18
     finally:
         global_cpsat.MAX_MODEL_VARS = old
-    assert len(get_policy("global").plan(jobs, slots, s).assignments) == 18
+    assert len(get_policy("global").plan(PlanRequest.of(jobs, slots), s).assignments) == 18
 
 
 def test_exclusive_never_puts_a_starving_job_on_a_busy_device() -> None:
     busy = device("d0", free=Resources(cpus=3, memory_mb=924, device_memory_mb=4000, device_threads=180))
     old = [job(i, 500, 60) for i in range(3)]
-    settings = PlanSettings(age_limit_cycles=1, cycle=50, extra={"first_seen_cycle": {j.key: 0 for j in old}})
-    plan = get_policy("exclusive").plan(old, [busy, device("d1")], settings)
+    settings = PlanSettings(age_limit_cycles=1)
+    plan = get_policy("exclusive").plan(PlanRequest.of(old, [busy, device("d1")], cycle=50,
+                                                       first_seen_cycle={j.key: 0 for j in old}), settings)
     assert [(a.job.proc, a.slot) for a in plan.assignments] == [(0, "d1")]

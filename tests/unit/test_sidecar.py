@@ -5,7 +5,9 @@ import pytest
 
 from condor_sched.model import Assignment, Job, JobKey, JobStatus, Plan, PoolState, Resources, Slot, SlotKind, Unplaced
 from condor_sched.settings import SettingsError, SidecarSettings, settings_from_knobs
-from condor_sched.sidecar import Sidecar, apply_cycle, decide_cycle
+from condor_sched.cycle import CycleConfig, CycleMemory, decide_cycle
+from condor_sched.policies.base import PolicyKind
+from condor_sched.sidecar import Sidecar, apply_cycle
 
 DEV = Resources(cpus=4, memory_mb=1024, device_memory_mb=8192, device_threads=240)
 
@@ -14,8 +16,10 @@ class FirstFit:
     """A trivial policy for these tests: first device slot with room."""
 
     name = "first-fit"
+    kind = PolicyKind.DEVICE
 
-    def plan(self, jobs, slots, settings):
+    def plan(self, request, settings):
+        jobs, slots = request.idle, request.slots
         free = {s.name: s.free for s in slots}
         placed, unplaced = [], []
         for j in jobs:
@@ -44,11 +48,17 @@ def slot(name, free=DEV):
 SETTINGS = SidecarSettings(unpin_age_cycles=3)
 
 
+def decide(state, cycle, policy, spread_policy=None, profiles=None):
+    """One cycle numbered ``cycle`` with no memory of earlier ones, pins unmatched for 3 cycles unpinned."""
+    return decide_cycle(state, CycleMemory(cycle), CycleConfig(policy, spread_policy, unpin_age_cycles=3,
+                                                               profiles=profiles))
+
+
 def test_fresh_pins_are_kept_and_their_requests_reserved():
     pinned = device_job(1, mem=6000, pinned_slot="slotA", pinned_cycle=9)
     new = device_job(2, mem=3000)
-    d = decide_cycle(PoolState((pinned, new), (slot("slotA"), slot("slotB"))), 10, SETTINGS, FirstFit())
-    assert d.kept == 1 and d.unpins == ()
+    d = decide(PoolState((pinned, new), (slot("slotA"), slot("slotB"))), 10, FirstFit())
+    assert [(a.job.proc, a.slot) for a in d.kept] == [(1, "slotA")] and d.unpins == ()
     # 6000 MB of slotA are held by the pinned, unmatched job: the new job goes to slotB.
     assert [(p.job.proc, p.slot) for p in d.pins] == [(2, "slotB")]
 
@@ -56,7 +66,7 @@ def test_fresh_pins_are_kept_and_their_requests_reserved():
 def test_stale_and_vanished_pins_are_unpinned_and_replanned():
     stale = device_job(1, pinned_slot="slotA", pinned_cycle=5)
     vanished = device_job(2, pinned_slot="slotGone", pinned_cycle=10)
-    d = decide_cycle(PoolState((stale, vanished), (slot("slotA"),)), 10, SETTINGS, FirstFit())
+    d = decide(PoolState((stale, vanished), (slot("slotA"),)), 10, FirstFit())
     reasons = {u.job.proc: u.reason for u in d.unpins}
     assert "not matched within 3 cycles" in reasons[1] and "vanished" in reasons[2]
     assert sorted(p.job.proc for p in d.pins) == [1, 2]
@@ -65,13 +75,13 @@ def test_stale_and_vanished_pins_are_unpinned_and_replanned():
 def test_only_idle_device_jobs_are_covered():
     running = device_job(1, status=JobStatus.RUNNING)
     plain = device_job(2, request=Resources(cpus=1, memory_mb=64))
-    d = decide_cycle(PoolState((running, plain), (slot("slotA"),)), 1, SETTINGS, FirstFit())
+    d = decide(PoolState((running, plain), (slot("slotA"),)), 1, FirstFit())
     assert d.seen == 0 and d.pins == () and d.enrolls == ()
 
 
 def test_jobs_without_the_pin_clause_are_enrolled_before_pinning():
     legacy = device_job(1, has_pin_clause=False, attributes={"Requirements": "(TARGET.Arch == \"X86_64\")"})
-    d = decide_cycle(PoolState((legacy,), (slot("slotA"),)), 1, SETTINGS, FirstFit())
+    d = decide(PoolState((legacy,), (slot("slotA"),)), 1, FirstFit())
     assert [e.requirements for e in d.enrolls] == ['(TARGET.Arch == "X86_64")']
     assert [p.job.proc for p in d.pins] == [1]
 
@@ -102,7 +112,7 @@ class RecordingEditor:
 
 def test_one_failing_job_does_not_stop_the_cycle_and_an_unenrolled_job_is_never_pinned():
     jobs = (device_job(1, has_pin_clause=False), device_job(2), device_job(3))
-    d = decide_cycle(PoolState(jobs, (slot("slotA"), slot("slotB"))), 4, SETTINGS, FirstFit())
+    d = decide(PoolState(jobs, (slot("slotA"), slot("slotB"))), 4, FirstFit())
     editor = RecordingEditor(fail_on=JobKey("s", 1, 1))
     outcome = apply_cycle(d, editor)
     assert outcome.pinned == 2 and len(outcome.failed) == 1 and "enroll" in outcome.failed[0]
@@ -112,7 +122,7 @@ def test_one_failing_job_does_not_stop_the_cycle_and_an_unenrolled_job_is_never_
 
 def test_cycle_numbers_continue_after_a_restart():
     state = PoolState((device_job(1, pinned_slot="slotA", pinned_cycle=41),), (slot("slotA"),))
-    sidecar = Sidecar(SETTINGS, FirstFit(), lambda: state, None)
+    sidecar = Sidecar(SETTINGS, CycleConfig(FirstFit(), None), lambda: state, None)
     assert sidecar.run_cycle().cycle == 42
     assert sidecar.run_cycle().cycle == 43
 
@@ -144,8 +154,8 @@ def test_spread_jobs_go_to_the_spread_policy_and_their_pins_carry_ways_and_bandw
                              key=JobKey("s", 5, p)) for p in range(4))
     plain = device_job(9, request=Resources(cpus=1, memory_mb=64), key=JobKey("s", 6, 0))  # not covered
     dev = device_job(1)
-    d = decide_cycle(PoolState((*procs, plain, dev), slots), 1, SETTINGS, FirstFit(),
-                     spread_policy=get_policy("sns"), extra={"profiles": ProfileStore.load_dir(default_profiles_dir())})
+    d = decide(PoolState((*procs, plain, dev), slots), 1, FirstFit(),
+               spread_policy=get_policy("sns"), profiles=ProfileStore.load_dir(default_profiles_dir()))
     by_job = {p.job: p for p in d.pins}
     assert set(by_job) == {j.key for j in procs} | {dev.key}
     kinds = {s.name: s.kind for s in slots}
@@ -155,7 +165,7 @@ def test_spread_jobs_go_to_the_spread_policy_and_their_pins_carry_ways_and_bandw
         assert kinds[pin.slot] is SlotKind.SOCKET and pin.llc_ways >= 0 and pin.scale_factor in (1, 2, 4, 8)
         assert set(pin_details(pin)) == {"CoSchedPinLLCWays", "CoSchedPinMemBW", "CoSchedPinScale"}
     # Without a spread policy the sidecar leaves spread jobs alone.
-    d = decide_cycle(PoolState((*procs, dev), slots), 1, SETTINGS, FirstFit())
+    d = decide(PoolState((*procs, dev), slots), 1, FirstFit())
     assert [p.job for p in d.pins] == [dev.key] and d.enrolls == ()
 
 
@@ -165,11 +175,11 @@ def test_a_job_started_after_its_slot_ad_was_sent_still_counts_against_the_slot(
     fresh = replace(fresh, name="slot2@node1@h")
     running = device_job(1, mem=6000, status=JobStatus.RUNNING, remote_slot="slot2_4@node1@h", started_at_s=ad_time + 3)
     new = device_job(2, mem=3000)
-    d = decide_cycle(PoolState((running, new), (fresh, slot("slot3@node1@h"))), 1, SETTINGS, FirstFit())
+    d = decide(PoolState((running, new), (fresh, slot("slot3@node1@h"))), 1, FirstFit())
     assert [p.slot for p in d.pins] == ["slot3@node1@h"]
     # Once the ad is newer than the start, HTCondor's own free amounts already count it.
     newer = replace(fresh, updated_at_s=ad_time + 10, free=fresh.free - running.request)
-    d = decide_cycle(PoolState((running, new), (newer,)), 1, SETTINGS, FirstFit())
+    d = decide(PoolState((running, new), (newer,)), 1, FirstFit())
     assert d.pins == () 
 
 
@@ -178,7 +188,7 @@ def test_a_pinned_job_whose_ad_went_bad_is_unpinned_and_a_bad_unpinned_one_left_
 
     bad_pinned = Skipped("job s#1.3", "RequestPhiThreads must be a number", JobKey("s", 1, 3), "slotA")
     bad_unpinned = Skipped("job s#1.4", "RequestCpus is missing", JobKey("s", 1, 4), None)
-    d = decide_cycle(PoolState((), (slot("slotA"),), (bad_pinned, bad_unpinned)), 5, SETTINGS, FirstFit())
+    d = decide(PoolState((), (slot("slotA"),), (bad_pinned, bad_unpinned)), 5, FirstFit())
     assert [(u.job.proc, u.reason.startswith("malformed ad: RequestPhiThreads")) for u in d.unpins] == [(3, True)]
     assert d.pins == () and len(d.skipped) == 2
 
@@ -188,7 +198,7 @@ def test_an_ad_listing_its_dynamic_slots_says_exactly_which_running_jobs_it_alre
     new = device_job(2, mem=3000)
 
     def target(running, dev_slot):
-        pins = decide_cycle(PoolState((running, new), (dev_slot, spare)), 1, SETTINGS, FirstFit()).pins
+        pins = decide(PoolState((running, new), (dev_slot, spare)), 1, FirstFit()).pins
         return [p.slot for p in pins]
 
     # The ad is newer than the start, yet does not list the job's dynamic slot: not counted yet.
@@ -211,11 +221,11 @@ def test_a_started_job_without_remote_host_yet_counts_against_the_slot_it_is_pin
     starting = device_job(1, mem=6000, status=status, pinned_slot="slot2@node1@h", pinned_cycle=1,
                           started_at_s=1990)
     new = device_job(2, mem=3000)
-    pins = decide_cycle(PoolState((starting, new), (ad, slot("slot3@node1@h"))), 2, SETTINGS, FirstFit()).pins
+    pins = decide(PoolState((starting, new), (ad, slot("slot3@node1@h"))), 2, FirstFit()).pins
     assert [p.slot for p in pins] == ["slot3@node1@h"]
     # Without a pin (not a job condor_sched placed) nothing is reserved for it.
     unpinned = replace(starting, pinned_slot=None, pinned_cycle=None)
-    pins = decide_cycle(PoolState((unpinned, new), (ad,)), 2, SETTINGS, FirstFit()).pins
+    pins = decide(PoolState((unpinned, new), (ad,)), 2, FirstFit()).pins
     assert [p.slot for p in pins] == ["slot2@node1@h"]
 
 
@@ -225,7 +235,7 @@ def test_exclusive_pins_ask_the_startd_for_the_whole_device_and_other_device_pin
 
     jobs = (device_job(1), device_job(2))
     slots = (slot("slot2@node1@h"), slot("slot3@node1@h"))
-    exclusive = decide_cycle(PoolState(jobs, slots), 1, SETTINGS, get_policy("exclusive")).pins
-    shared = decide_cycle(PoolState(jobs, slots), 1, SETTINGS, get_policy("knapsack")).pins
+    exclusive = decide(PoolState(jobs, slots), 1, get_policy("exclusive")).pins
+    shared = decide(PoolState(jobs, slots), 1, get_policy("knapsack")).pins
     assert len(exclusive) == 2 and all(pin_details(p) == {"CoSchedPinExclusive": 1} for p in exclusive)
     assert len(shared) == 2 and all(pin_details(p) == {"CoSchedPinExclusive": 0} for p in shared)

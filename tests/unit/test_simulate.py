@@ -22,7 +22,8 @@ class FirstFitMemory:
 
     name = "test-first-fit"
 
-    def plan(self, jobs, slots, settings):
+    def plan(self, request, settings):
+        jobs, slots = request.idle, request.slots
         free = {s.name: s.free.device_memory_mb for s in slots if s.kind is SlotKind.DEVICE}
         cpus = {s.name: s.free.cpus for s in slots if s.kind is SlotKind.DEVICE}
         out = []
@@ -41,7 +42,8 @@ class Greedy:
 
     name = "test-greedy"
 
-    def plan(self, jobs, slots, settings):
+    def plan(self, request, settings):
+        jobs, slots = request.idle, request.slots
         device = next(s for s in slots if s.kind is SlotKind.DEVICE)
         return Plan(self.name, tuple(Assignment(j.key, device.name) for j in jobs))
 
@@ -255,7 +257,7 @@ def test_same_seed_gives_identical_metrics_with_the_cp_sat_knapsack_solver():
 class Never:
     name = "test-never"
 
-    def plan(self, jobs, slots, settings):
+    def plan(self, request, settings):
         return Plan(self.name, ())
 
 

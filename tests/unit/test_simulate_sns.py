@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from condor_sched.inventory import Inventory, Node, Socket
 from condor_sched.model import Assignment, Plan, SlotKind
-from condor_sched.policies.base import PlanSettings, get_policy
+from condor_sched.policies.base import PlanSettings, PolicyKind, get_policy
 from condor_sched.profiles import ProfileStore, parse_profile
 from condor_sched.simulate.command import simulate_command
 from condor_sched.simulate.engine import simulate, xeon_inventory
@@ -38,11 +38,13 @@ class Explicit:
     """A test policy: every proc to the first socket slot, with the ways given per job."""
 
     name = "test-explicit"
+    kind = PolicyKind.SPREAD
 
     def __init__(self, group_ways: dict[int, int]):
         self.group_ways = group_ways
 
-    def plan(self, jobs, slots, settings):
+    def plan(self, request, settings):
+        jobs, slots = request.idle, request.slots
         slot = next(s for s in slots if s.kind is SlotKind.SOCKET)
         out = []
         for job in jobs:
@@ -61,7 +63,7 @@ def test_bandwidth_demand_of_one_and_a_half_peaks_slows_both_jobs_by_one_and_a_h
     jobs = [cpu_job(0, "A", 100.0), cpu_job(1, "B", 100.0)]
 
     result = simulate(jobs, one_socket_node(), get_policy("cs"), cycle_s=1000.0,
-                      model=ProfileDrivenModel(store), settings=PlanSettings(extra={"profiles": store}))
+                      model=ProfileDrivenModel(store), profiles=store)
 
     assert [(r.start_s, r.end_s) for r in result.jobs] == [(0.0, pytest.approx(150.0))] * 2
     metrics = run_metrics(result)
@@ -77,7 +79,7 @@ def test_rates_are_re_evaluated_when_a_co_runner_finishes():
     jobs = [cpu_job(0, "A", 100.0), cpu_job(1, "B", 50.0)]
 
     result = simulate(jobs, one_socket_node(), get_policy("cs"), cycle_s=1000.0,
-                      model=ProfileDrivenModel(store), settings=PlanSettings(extra={"profiles": store}))
+                      model=ProfileDrivenModel(store), profiles=store)
 
     assert [r.end_s for r in result.jobs] == pytest.approx([125.0, 75.0])
     assert result.pool.work_done_s == pytest.approx({0: 100.0, 1: 50.0})

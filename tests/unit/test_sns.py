@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
+from condor_sched.policies.base import PlanRequest
 from condor_sched.inventory import Node, Socket, node_slots
 from condor_sched.model import Job, JobKey, JobStatus, Resources, Slot, SlotKind
 from condor_sched.policies import sns, spread_baselines
@@ -23,9 +24,10 @@ def cluster(c: int, program: str, procs: int = 16, alpha: float = 0.9, cpus: int
                 slowdown_threshold=alpha) for p in range(procs)]
 
 
-def settings(store=STORE, **kw) -> PlanSettings:
-    extra = {"profiles": store, **kw.pop("extra", {})}
-    return PlanSettings(extra=extra, **kw)
+def request(jobs, slots, store=STORE, cycle=0, first_seen=None, **kw) -> tuple[PlanRequest, PlanSettings]:
+    """A policy call's request (jobs, slots, profiles, cycle, first-seen cycles) and settings."""
+    return (PlanRequest.of(jobs, slots, profiles=store, cycle=cycle, first_seen_cycle=first_seen or {}),
+            PlanSettings(**kw))
 
 
 def by_cluster(plan):
@@ -49,13 +51,13 @@ def test_demand_computed_by_hand_for_mg_and_cg():
     # alpha 0.8 lowers the target to 0.8: CG k=2, IPC(7) = 0.72 + 0.15 * 3/4 = 0.8325 >= 0.8,
     # IPC(6) = 0.795 < 0.8, so w = 7; b = BW(7) = 3.6 - 0.4 * 3/4 = 3.3.
     assert STORE.get("CG").demand(0.8, 2, 20) == (7, pytest.approx(3.3))
-    cg = sns.group_clusters(cluster(1, "CG"), settings())[0][0]
+    cg = sns.group_clusters(request(cluster(1, "CG"), ())[0])[0][0]
     options = sns.scale_options(cg, STORE.get("CG"), 28, 20)
     assert [(o.k, o.n) for o in options] == [(2, 2), (4, 4), (1, 1), (8, 8)]
 
 
 def test_cg_spreads_to_two_nodes_with_hand_computed_details():
-    plan = sns.SnsPolicy().plan(cluster(1, "CG"), pool(4), settings())
+    plan = sns.SnsPolicy().plan(*request(cluster(1, "CG"), pool(4)))
     assert len(plan.assignments) == 16 and not plan.unplaced
     machines = {a.details["machine"] for a in plan.assignments}
     assert len(machines) == 2
@@ -75,7 +77,7 @@ def test_mg_at_k1_splits_over_sockets_by_bandwidth():
     mg1 = parse_profile({"program": "MG1", "max_scale": 1, "runtime_s": {1: 400},
                          "curves": {1: {"ipc_llc": [[2, 0.85], [4, 0.97], [8, 0.99], [20, 1.0]],
                                         "bw_llc_gbs": [[2, 7.4], [4, 7.1], [8, 7.0], [20, 7.0]]}}})
-    plan = sns.SnsPolicy().plan(cluster(1, "MG1"), pool(1), settings(ProfileStore.of([mg1])))
+    plan = sns.SnsPolicy().plan(*request(cluster(1, "MG1"), pool(1), ProfileStore.of([mg1])))
     counts: dict[str, int] = {}
     for a in plan.assignments:
         counts[a.slot] = counts.get(a.slot, 0) + 1
@@ -100,7 +102,7 @@ def test_node_choice_follows_co_plus_bo_plus_two_wo():
     nodes = sns.node_states(slots)
     assert [round(n.metric(), 6) for n in nodes] == [0.85, 0.75]
     assert [round(n.metric(beta=1.0), 6) for n in nodes] == [0.55, 0.75]
-    plan = sns.SnsPolicy().plan(cluster(1, "ONE", procs=4), slots, settings(ProfileStore.of([ONE_NODE])))
+    plan = sns.SnsPolicy().plan(*request(cluster(1, "ONE", procs=4), slots, ProfileStore.of([ONE_NODE])))
     assert {a.slot for a in plan.assignments} == {"slot1@y"}
 
 
@@ -112,14 +114,14 @@ def test_node_choice_prefers_a_single_idle_core_group():
     two = parse_profile({"program": "TWO", "max_scale": 2, "runtime_s": {1: 100, 2: 50},
                          "curves": {1: {"ipc_llc": [[2, 1.0]], "bw_llc_gbs": [[2, 1.0]]}}})
     jobs = cluster(1, "TWO", procs=4)
-    plan = sns.SnsPolicy().plan(jobs, slots, settings(ProfileStore.of([two])))
+    plan = sns.SnsPolicy().plan(*request(jobs, slots, ProfileStore.of([two])))
     assert {a.details["machine"] for a in plan.assignments} == {"a", "b"}
     assert {a.details["scale_factor"] for a in plan.assignments} == {2}
 
 
 def test_falls_back_to_the_next_scale_in_profiled_order():
     # CG prefers k = 2 (2 nodes) then k = 4 (4 nodes); one node only: k = 1 fits.
-    plan = sns.SnsPolicy().plan(cluster(1, "CG"), pool(1), settings())
+    plan = sns.SnsPolicy().plan(*request(cluster(1, "CG"), pool(1)))
     assert len(plan.assignments) == 16
     assert {a.details["scale_factor"] for a in plan.assignments} == {1}
     assert {a.details["group_llc_ways"] for a in plan.assignments} == {10}
@@ -135,12 +137,12 @@ def test_a_job_is_delayed_until_the_age_limit_then_placed():
     slots = busy_node(free_ways=5)          # CG needs 10 ways per socket at every scale
     jobs = cluster(7, "CG", procs=4)
     first_seen = {j.key: 0 for j in jobs}
-    young = sns.SnsPolicy().plan(jobs, slots, settings(age_limit_cycles=3, cycle=2,
-                                                       extra={"first_seen_cycle": first_seen}))
+    young = sns.SnsPolicy().plan(*request(jobs, slots, age_limit_cycles=3, cycle=2,
+                                                       first_seen=first_seen))
     assert not young.assignments and len(young.unplaced) == 4
     assert all("delayed (age 2/3" in u.reason for u in young.unplaced)
-    old = sns.SnsPolicy().plan(jobs, slots, settings(age_limit_cycles=3, cycle=3,
-                                                     extra={"first_seen_cycle": first_seen}))
+    old = sns.SnsPolicy().plan(*request(jobs, slots, age_limit_cycles=3, cycle=3,
+                                                     first_seen=first_seen))
     assert len(old.assignments) == 4 and not old.unplaced
     assert all(a.details["relaxed"] and a.details["group_llc_ways"] == 5 for a in old.assignments)
 
@@ -150,18 +152,17 @@ def test_an_aged_job_that_cannot_fit_holds_back_younger_jobs():
     old = cluster(1, "CG", procs=40)       # 40 cores never fit a 28-core pool
     young = cluster(2, "EP", procs=2)
     seen = {j.key: 0 for j in old}
-    plan = sns.SnsPolicy().plan(old + young, slots, settings(age_limit_cycles=2, cycle=5,
-                                                             extra={"first_seen_cycle": seen}))
+    plan = sns.SnsPolicy().plan(*request(old + young, slots, age_limit_cycles=2, cycle=5,
+                                                             first_seen=seen))
     assert not plan.assignments
     assert any("holds back" in u.reason for u in plan.unplaced if u.job.cluster == 2)
-    free = sns.SnsPolicy().plan(old + young, slots, settings(age_limit_cycles=2, cycle=5,
-                                                             extra={"first_seen_cycle": seen,
-                                                                    "sns_block_on_aged": False}))
+    free = sns.SnsPolicy().plan(*request(old + young, slots, age_limit_cycles=2, cycle=5,
+                                         first_seen=seen, sns_block_on_aged=False))
     assert {a.job.cluster for a in free.assignments} == {2}
 
 
 def test_unknown_program_runs_compact_exclusive_and_is_flagged():
-    plan = sns.SnsPolicy().plan(cluster(3, "MYSTERY", procs=4), pool(2), settings())
+    plan = sns.SnsPolicy().plan(*request(cluster(3, "MYSTERY", procs=4), pool(2)))
     assert len(plan.assignments) == 4
     assert {a.details["profile"] for a in plan.assignments} == {"missing"}
     assert {a.details["scale_factor"] for a in plan.assignments} == {1}
@@ -174,17 +175,17 @@ def test_unknown_program_runs_compact_exclusive_and_is_flagged():
 def test_device_jobs_and_running_jobs_are_ignored():
     dev = Job(JobKey("s", 9, 0), "u", JobStatus.IDLE, Resources(cpus=1, device_memory_mb=100), program="EP")
     run = Job(JobKey("s", 10, 0), "u", JobStatus.RUNNING, Resources(cpus=1), program="EP")
-    plan = sns.SnsPolicy().plan([dev, run], pool(1), settings())
+    plan = sns.SnsPolicy().plan(*request([dev, run], pool(1)))
     assert not plan.assignments and not plan.unplaced
 
 
 def test_baselines_ce_and_cs():
     jobs = cluster(1, "MG", procs=8) + cluster(2, "EP", procs=8) + cluster(3, "HC", procs=20)
-    ce = spread_baselines.CompactExclusivePolicy().plan(jobs, pool(2), settings())
+    ce = spread_baselines.CompactExclusivePolicy().plan(*request(jobs, pool(2)))
     placed = by_cluster(ce)
     assert set(placed) == {1, 2}                          # two idle nodes, one job each
     assert {len({a.details["machine"] for a in v}) for v in placed.values()} == {1}
-    cs = spread_baselines.CompactSharePolicy().plan(jobs, pool(2), settings())
+    cs = spread_baselines.CompactSharePolicy().plan(*request(jobs, pool(2)))
     placed = by_cluster(cs)
     assert set(placed) == {1, 2, 3}
     assert len({a.details["machine"] for a in placed[1] + placed[2]}) == 1   # 8 + 8 share a node
@@ -248,7 +249,7 @@ def check_plan(plan, slots, jobs):
 def test_plans_never_exceed_capacity_and_place_jobs_whole(policy, scenario):
     slots, jobs, age = scenario
     seen = {j.key: 0 for j in jobs}
-    plan = policy.plan(jobs, slots, settings(cycle=age, age_limit_cycles=5, extra={"first_seen_cycle": seen}))
+    plan = policy.plan(*request(jobs, slots, cycle=age, age_limit_cycles=5, first_seen=seen))
     check_plan(plan, slots, jobs)
 
 
@@ -267,10 +268,10 @@ def test_global_beats_greedy_when_spreading_the_first_job_blocks_the_second():
     store = ProfileStore.of([two, ONE_NODE])
     slots = pool(2, cores=8, sockets=[Socket(0, 20, 40.0)])
     jobs = [replace_submit(j, 0) for j in cluster(1, "TWO", procs=4)] + [replace_submit(j, 1) for j in cluster(2, "ONE", procs=8)]
-    st_ = settings(store, deterministic=True, solver_time_limit_s=5.0)
-    greedy = sns.SnsPolicy().plan(jobs, slots, st_)
+    call = request(jobs, slots, store, deterministic=True, solver_time_limit_s=5.0)
+    greedy = sns.SnsPolicy().plan(*call)
     assert set(by_cluster(greedy)) == {1}
-    joint = sns_global.SnsGlobalPolicy().plan(jobs, slots, st_)
+    joint = sns_global.SnsGlobalPolicy().plan(*call)
     assert set(by_cluster(joint)) == {1, 2}
     assert joint.stats["solver"] == "cp-sat" and joint.stats["cpsat_objective"] > joint.stats["greedy_objective"]
     assert {a.details["scale_factor"] for a in by_cluster(joint)[1]} == {1}
@@ -283,8 +284,8 @@ def replace_submit(job, t):
 
 
 def test_global_keeps_the_greedy_plan_when_it_is_as_good():
-    plan = sns_global.SnsGlobalPolicy().plan(cluster(1, "CG"), pool(4), settings(deterministic=True))
-    greedy = sns.SnsPolicy().plan(cluster(1, "CG"), pool(4), settings())
+    plan = sns_global.SnsGlobalPolicy().plan(*request(cluster(1, "CG"), pool(4), deterministic=True))
+    greedy = sns.SnsPolicy().plan(*request(cluster(1, "CG"), pool(4)))
     assert plan.stats["solver"] == "greedy"
     assert [(a.job, a.slot) for a in plan.assignments] == [(a.job, a.slot) for a in greedy.assignments]
 
@@ -294,9 +295,8 @@ def test_global_keeps_the_greedy_plan_when_it_is_as_good():
 def test_global_plans_never_exceed_capacity_and_never_lose_to_greedy(scenario):
     slots, jobs, age = scenario
     seen = {j.key: 0 for j in jobs}
-    st_ = settings(cycle=age, age_limit_cycles=5, deterministic=True, solver_time_limit_s=0.5,
-                   extra={"first_seen_cycle": seen})
-    plan = sns_global.SnsGlobalPolicy().plan(jobs, slots, st_)
+    plan = sns_global.SnsGlobalPolicy().plan(*request(jobs, slots, cycle=age, first_seen=seen, age_limit_cycles=5,
+                                                      deterministic=True, solver_time_limit_s=0.5))
     check_plan(plan, slots, jobs)
     if "cpsat_objective" in plan.stats and plan.stats["solver"] == "cp-sat":
         assert plan.stats["cpsat_objective"] > plan.stats["greedy_objective"]

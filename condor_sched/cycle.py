@@ -1,0 +1,265 @@
+"""The one cycle: a pool state and the memory of earlier cycles in, a decision out (pure).
+
+Three sources obtain the state and apply the decision their own way (STYLE.md: one cycle,
+three sources): the sidecar reads the live pool and edits jobs (``sidecar.py``), ``plan``
+reads a snapshot and prints the decision (``cli.py``), the simulator builds the state from
+its simulated pool and starts what is pinned (``simulate/engine.py``). Whatever a policy
+decides, it decides here, so the three agree on the same state.
+
+What a cycle does: unpin stale pins (not matched within ``unpin_age_cycles`` cycles, slot
+vanished, ad gone bad), enroll jobs lacking the pin clause, take out of each slot's free
+amounts what kept pins and started jobs the slot's ad does not count yet hold, plan the
+rest of the idle covered jobs (device jobs with the device policy on device slots, spread
+jobs with the spread policy on socket slots, each job only on its eligible slots) and pin
+what was placed.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from condor_sched.model import (
+    Assignment,
+    Job,
+    JobKey,
+    JobStatus,
+    Plan,
+    PoolState,
+    Resources,
+    RunningJob,
+    Skipped,
+    Slot,
+    SlotKind,
+    Unplaced,
+    partitionable_slot_of,
+)
+from condor_sched.policies.base import PlanRequest, PlanSettings, Policy, PolicyKind, get_policy, run_policy
+
+if TYPE_CHECKING:
+    from condor_sched.profiles import ProfileStore
+    from condor_sched.settings import SidecarSettings
+
+#: Job states in which a job holds a dynamic slot of its partitionable slot.
+HOLDS_A_SLOT = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED})
+
+
+@dataclass(frozen=True, slots=True)
+class CycleMemory:
+    """What a cycle remembers of earlier ones: this cycle's number and the cycle each covered
+    idle job was first seen (its age drives the aging rules). A source without memory
+    (``plan``, a sidecar just started) uses :meth:`fresh`."""
+
+    cycle: int
+    first_seen: Mapping[JobKey, int] = field(default_factory=dict)
+
+    @classmethod
+    def fresh(cls, state: PoolState) -> CycleMemory:
+        """The memory a snapshot holds: cycle numbers go on after the newest pin's
+        ``CoSchedPinCycle``; no job was seen before (every age is 0)."""
+        return cls(1 + max((j.pinned_cycle or 0 for j in state.jobs), default=0))
+
+
+@dataclass(frozen=True, slots=True)
+class CycleConfig:
+    """The policies and knobs of a cycle (``spread_policy`` None: spread jobs are left to
+    HTCondor, COSCHED_SPREAD_POLICY = none)."""
+
+    device_policy: Policy
+    spread_policy: Policy | None
+    plan: PlanSettings = PlanSettings()
+    unpin_age_cycles: int = 3
+    profiles: ProfileStore | None = None
+
+    @classmethod
+    def from_settings(cls, settings: SidecarSettings, profiles: ProfileStore | None = None) -> CycleConfig:
+        spread = None if settings.spread_policy == "none" else get_policy(settings.spread_policy)
+        return cls(get_policy(settings.policy), spread, settings.plan, settings.unpin_age_cycles, profiles)
+
+    def with_policy(self, name: str) -> CycleConfig:
+        """This config with policy ``name`` in the place of its kind (device or spread)."""
+        policy = get_policy(name)
+        if policy.kind is PolicyKind.SPREAD:
+            return replace(self, spread_policy=policy)
+        return replace(self, device_policy=policy)
+
+
+@dataclass(frozen=True, slots=True)
+class Unpin:
+    job: JobKey
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Enroll:
+    job: JobKey
+    requirements: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """A placement to write; ``llc_ways``/``mem_bw_gbs``/``scale_factor`` only for spread
+    procs, ``whole_device`` only for device jobs that must have their device alone."""
+
+    job: JobKey
+    slot: str
+    llc_ways: int | None = None
+    mem_bw_gbs: int | None = None
+    scale_factor: int | None = None
+    whole_device: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CycleDecision:
+    """Everything one cycle decided. ``first_seen`` is the memory the next cycle starts from."""
+
+    cycle: int
+    seen: int
+    kept: tuple[Assignment, ...]
+    unpins: tuple[Unpin, ...]
+    enrolls: tuple[Enroll, ...]
+    pins: tuple[Pin, ...]
+    plans: tuple[Plan, ...]
+    skipped: tuple[Skipped, ...] = ()
+    first_seen: Mapping[JobKey, int] = field(default_factory=dict)
+
+    @property
+    def unplaced(self) -> tuple[Unplaced, ...]:
+        return tuple(u for p in self.plans for u in p.unplaced)
+
+    def next_memory(self, cycle: int | None = None) -> CycleMemory:
+        """The memory of the next cycle, numbered ``cycle`` (default: this one plus one)."""
+        return CycleMemory(self.cycle + 1 if cycle is None else cycle, self.first_seen)
+
+    def to_json(self) -> dict[str, Any]:
+        """The documented ``plan --json`` object: placements of this cycle (``assignments``,
+        with each policy's details), ``unplaced`` and ``skipped`` with reasons, per-policy
+        ``stats``, and what happens to pins: ``kept``, ``unpins``, ``enrolls``."""
+
+        def job(key: JobKey) -> dict[str, Any]:
+            return {"job": key.job_id, "schedd": key.schedd}
+
+        return {
+            "cycle": self.cycle,
+            "policy": self.plans[0].policy if self.plans else None,
+            "spread_policy": self.plans[1].policy if len(self.plans) > 1 else None,
+            "assignments": [{**job(a.job), "slot": a.slot, **dict(a.details)} for p in self.plans for a in p.assignments],
+            "unplaced": [{**job(u.job), "reason": u.reason} for u in self.unplaced],
+            "skipped": [{"what": s.what, "reason": s.reason} for s in self.skipped],
+            "kept": [{**job(a.job), "slot": a.slot} for a in self.kept],
+            "unpins": [{**job(u.job), "reason": u.reason} for u in self.unpins],
+            "enrolls": [job(e.job) for e in self.enrolls],
+            "stats": {p.policy: dict(p.stats) for p in self.plans},
+        }
+
+
+def covered(job: Job) -> bool:
+    """The jobs condor_sched covers: idle jobs that request device memory (device
+    policies) or name their program with +CoSchedProgram (spread policy)."""
+    return job.is_idle and (job.uses_device or job.wants_spread)
+
+
+def _pin_of(assignment: Assignment) -> Pin:
+    d = assignment.details
+    if "llc_ways" not in d:
+        return Pin(assignment.job, assignment.slot, whole_device=bool(d.get("whole_device", False)))
+    # HTCondor's custom resources are integers: bandwidth rounds up so it is never under-booked.
+    return Pin(assignment.job, assignment.slot, int(d["llc_ways"]), int(math.ceil(float(d["mem_bw_gbs"]))),
+               int(d.get("scale_factor", 1)))
+
+
+def _stale_reason(job: Job, slots: Mapping[str, Slot], cycle: int, unpin_age: int) -> str | None:
+    if job.pinned_slot not in slots:
+        return f"pinned slot {job.pinned_slot} vanished"
+    if job.pinned_cycle is None or cycle - job.pinned_cycle >= unpin_age:
+        return f"pin to {job.pinned_slot} not matched within {unpin_age} cycles"
+    return None
+
+
+def _not_yet_in_ad(job: Job, slots: Mapping[str, Slot]) -> str | None:
+    """The slot of a started job that its slot's ad may not show yet: its resources are not
+    yet out of the ad's free amounts. Exact when the ad lists its dynamic slots (``ChildName``:
+    the job's slot is missing from it); otherwise when the ad predates the job's start, or
+    the job has no start time yet (conservative: the claim precedes the start).
+
+    The schedd marks a job running before it records ``RemoteHost`` (a separate transaction,
+    when it spawns the shadow), so a started job without one counts on the slot it is pinned to.
+    """
+    if job.status not in HOLDS_A_SLOT:
+        return None
+    if not job.remote_slot:
+        return job.pinned_slot if job.pinned_slot in slots else None
+    slot = slots.get(partitionable_slot_of(job.remote_slot))
+    if slot is None:
+        return None
+    if slot.children is not None:
+        return slot.name if job.remote_slot not in slot.children else None
+    return slot.name if job.started_at_s is None or job.started_at_s >= slot.updated_at_s else None
+
+
+def _reserve(slots: Mapping[str, Slot], pinned: Iterable[Job], all_jobs: Iterable[Job]) -> list[Slot]:
+    """Slots with the requests taken out of jobs pinned to them and not yet matched, and of
+    jobs started after the slot's ad was sent (so a stale ad never looks free)."""
+    held: dict[str, Resources] = {}
+    for job in pinned:
+        held[job.pinned_slot] = held.get(job.pinned_slot, Resources()) + job.request  # type: ignore[index]
+    for job in all_jobs:
+        name = _not_yet_in_ad(job, slots)
+        if name is not None:
+            held[name] = held.get(name, Resources()) + job.request
+    return [s.with_free(s.free - held[s.name]) if s.name in held else s for s in slots.values()]
+
+
+def running_jobs(state: PoolState) -> tuple[RunningJob, ...]:
+    """The jobs holding a dynamic slot, with their partitionable slot, node and measurements."""
+    slots = {s.name: s for s in state.slots}
+    out = []
+    for job in state.jobs:
+        if job.status not in HOLDS_A_SLOT:
+            continue
+        slot = partitionable_slot_of(job.remote_slot) if job.remote_slot else job.pinned_slot
+        if slot is None:
+            continue
+        node = slots[slot].machine if slot in slots else slot.split("@")[-1]
+        measured = state.nodes[node].jobs.get(job.key) if node in state.nodes else None
+        out.append(RunningJob(job, slot, node, job.started_at_s, job.requested_runtime_s,
+                              job.expected_runtime_s, measured))
+    return tuple(out)
+
+
+def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> CycleDecision:
+    """What one cycle does (module docstring), from ``state`` and ``memory`` alone."""
+    cycle = memory.cycle
+    slots = {s.name: s for s in state.slots}
+    jobs = sorted((j for j in state.jobs if covered(j)), key=lambda j: j.key)  # the same order from every source
+    first_seen = {j.key: memory.first_seen.get(j.key, cycle) for j in jobs}
+    unpins, kept, to_plan = [], [], []
+    for job in jobs:
+        if job.pinned_slot is not None:
+            reason = _stale_reason(job, slots, cycle, config.unpin_age_cycles)
+            if reason is None:
+                kept.append(job)
+                continue
+            unpins.append(Unpin(job.key, reason))
+        to_plan.append(replace(job, pinned_slot=None, pinned_cycle=None))
+    # A pinned job whose ad went bad cannot be planned: take its pin away so it is never
+    # left pinned to a slot that cannot run it (it stays untouched otherwise).
+    unpins += [Unpin(s.job, f"malformed ad: {s.reason}") for s in state.skipped
+               if s.job is not None and s.pinned_slot is not None]
+    if config.spread_policy is None:
+        to_plan = [j for j in to_plan if j.uses_device]
+    enrolls = [Enroll(j.key, j.attributes.get("Requirements")) for j in to_plan if not j.has_pin_clause]
+    free = _reserve(slots, kept, state.jobs)
+    request = PlanRequest(
+        idle=tuple(j for j in to_plan if j.uses_device),
+        slots=tuple(s for s in free if s.kind is SlotKind.DEVICE),
+        running=running_jobs(state), eligible=state.eligible, nodes=state.nodes, cycle=cycle,
+        first_seen_cycle=first_seen, profiles=config.profiles, exploration_scales=state.exploration_scales)
+    plans = [run_policy(config.device_policy, request, config.plan)]
+    if config.spread_policy is not None:
+        spread = replace(request, idle=tuple(j for j in to_plan if j.wants_spread),
+                         slots=tuple(s for s in free if s.kind is SlotKind.SOCKET))
+        plans.append(run_policy(config.spread_policy, spread, config.plan))
+    pins = tuple(_pin_of(a) for p in plans for a in p.assignments)
+    return CycleDecision(cycle, len(jobs), tuple(Assignment(j.key, j.pinned_slot) for j in kept),  # type: ignore[arg-type]
+                         tuple(unpins), tuple(enrolls), pins, tuple(plans), state.skipped, first_seen)
