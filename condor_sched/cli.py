@@ -12,10 +12,10 @@ import click
 from condor_sched import report
 from condor_sched.classads import SnapshotError
 from condor_sched.policies.base import PolicyError, get_policy, policy_names
+from condor_sched.resources import default_snapshot_dir
 from condor_sched.settings import SettingsError
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-DEFAULT_SNAPSHOT = EXAMPLES / "snapshots" / "default"
+DEFAULT_SNAPSHOT = default_snapshot_dir()
 
 
 class UsageFailure(click.ClickException):
@@ -124,7 +124,7 @@ def _log_to_file_from_knob() -> None:
 
 
 def _profiles(directory: str | Path | None):
-    """The profile store of ``directory`` (default examples/profiles); bad files are logged."""
+    """The profile store of ``directory`` (default: the shipped examples/profiles); bad files are logged."""
     from condor_sched.profiles import ProfileError, ProfileStore, default_profiles_dir
 
     try:
