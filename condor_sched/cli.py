@@ -200,10 +200,13 @@ def install_node(directory: Path, force: bool) -> None:
     """Copy the execute-node programs (node_hooks/) into DIRECTORY, executable.
 
     Run it on every execute node, then point the startd cron, the PREPARE_JOB hook and the
-    node agent at DIRECTORY (README, "Execute-node side"). A file that is already there
-    and differs is refused unless --force; each file is printed with what was done.
+    node agent at DIRECTORY (README, "Installing from a wheel"). Each file is printed with
+    what was done; files that differ from the shipped ones are refused (exit 1, nothing
+    written) unless --force.
 
-    Example: sudo condor-sched install-node /usr/libexec/condor_sched
+    \b
+    Example:
+      sudo condor-sched install-node /usr/libexec/condor_sched
     """
     from condor_sched.install import InstallConflict, install_node_hooks
 
@@ -224,7 +227,9 @@ def config_command(name: str | None, list_names: bool) -> None:
     Each snippet's first lines say which hosts it is for (schedd hosts, execute nodes, the
     sidecar's host). --list names them. Exit 2 for a name the package does not ship.
 
-    Example: condor-sched config 50-cosched-sidecar.conf > /etc/condor/config.d/50-cosched-sidecar.conf
+    \b
+    Example:
+      condor-sched config 50-cosched-sidecar.conf > /etc/condor/config.d/50-cosched-sidecar.conf
     """
     from condor_sched.install import UnknownSnippet, config_snippet, config_snippets
 
