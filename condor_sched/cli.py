@@ -12,10 +12,10 @@ import click
 from condor_sched import report
 from condor_sched.classads import SnapshotError
 from condor_sched.policies.base import PolicyError, PolicyKind, get_policy, policy_names
+from condor_sched.resources import default_snapshot_dir
 from condor_sched.settings import SettingsError
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-DEFAULT_SNAPSHOT = EXAMPLES / "snapshots" / "default"
+DEFAULT_SNAPSHOT = default_snapshot_dir()
 
 
 class UsageFailure(click.ClickException):
@@ -134,7 +134,7 @@ def _log_to_file_from_knob() -> None:
 
 
 def _profiles(directory: str | Path | None):
-    """The profile store of ``directory`` (default examples/profiles); bad files are logged."""
+    """The profile store of ``directory`` (default: the shipped examples/profiles); bad files are logged."""
     from condor_sched.profiles import ProfileError, ProfileStore, default_profiles_dir
 
     try:
@@ -199,6 +199,59 @@ def run(once: bool, dry_run: bool, policy: str | None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     signal.signal(signal.SIGQUIT, lambda *_: stopping.append(True))
     sidecar.run_forever(stop=lambda: bool(stopping))
+
+
+@main.command("install-node")
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--force", is_flag=True, help="Replace files that differ from the shipped node hooks.")
+def install_node(directory: Path, force: bool) -> None:
+    """Copy the execute-node programs (node_hooks/) into DIRECTORY, executable.
+
+    Run it on every execute node, then point the startd cron, the PREPARE_JOB hook and the
+    node agent at DIRECTORY (README, "Installing from a wheel"). Each file is printed with
+    what was done; files that differ from the shipped ones are refused (exit 1, nothing
+    written) unless --force.
+
+    \b
+    Example:
+      sudo condor-sched install-node /usr/libexec/condor_sched
+    """
+    from condor_sched.install import InstallConflict, install_node_hooks
+
+    try:
+        installed = install_node_hooks(directory, force=force)
+    except (InstallConflict, OSError) as e:
+        raise click.ClickException(str(e)) from None
+    for item in installed:
+        click.echo(f"{item.action:9} {item.path}")
+
+
+@main.command("config")
+@click.argument("name", required=False)
+@click.option("--list", "list_names", is_flag=True, help="Print the snippets' names only.")
+def config_command(name: str | None, list_names: bool) -> None:
+    """Print the HTCondor config snippets (config.d/) an admin drops in, all or NAME.
+
+    Each snippet's first lines say which hosts it is for (schedd hosts, execute nodes, the
+    sidecar's host). --list names them. Exit 2 for a name the package does not ship.
+
+    \b
+    Example:
+      condor-sched config 50-cosched-sidecar.conf > /etc/condor/config.d/50-cosched-sidecar.conf
+    """
+    from condor_sched.install import UnknownSnippet, config_snippet, config_snippets
+
+    if list_names:
+        click.echo("\n".join(config_snippets()))
+    elif name:
+        try:
+            click.echo(config_snippet(name), nl=False)
+        except UnknownSnippet as e:
+            raise UsageFailure(str(e)) from None
+    else:
+        for snippet, path in config_snippets().items():
+            click.echo(f"# ===== {snippet} =====")
+            click.echo(path.read_text(), nl=False)
 
 
 @main.group()

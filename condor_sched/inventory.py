@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from condor_sched import resources
 from condor_sched.model import Resources, Slot, SlotKind
 from condor_sched.yamlio import checked_number, load_yaml
 
@@ -160,9 +161,8 @@ def load_inventory(path: str | Path) -> Inventory:
 
 
 def default_inventory_path() -> Path:
-    """examples/pools/default.yaml in a checkout, else the copy bundled in the package."""
-    checkout = Path(__file__).resolve().parent.parent / "examples" / "pools" / "default.yaml"
-    return checkout if checkout.exists() else Path(__file__).resolve().parent / "data" / "default.yaml"
+    """The inventory shipped with the package (``examples/pools/default.yaml`` of the repository)."""
+    return resources.default_inventory_path()
 
 
 def slot_name(slot_id: int, node: str, domain: str) -> str:

@@ -13,13 +13,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Iterable
 
+from condor_sched.resources import node_hooks_dir
+
 log = logging.getLogger("condor_sched.piggyback")
-RECORD_MODULE = Path(__file__).resolve().parent.parent / "node_hooks" / "cosched_profile_record.py"
+RECORD_MODULE = "cosched_profile_record.py"
 
 
 @lru_cache(maxsize=1)
 def _records() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("cosched_profile_record", RECORD_MODULE)
+    spec = importlib.util.spec_from_file_location("cosched_profile_record", node_hooks_dir() / RECORD_MODULE)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module

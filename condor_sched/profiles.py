@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from condor_sched import resources
 from condor_sched.model import Skipped
 from condor_sched.yamlio import load_yaml
 
@@ -260,5 +261,5 @@ class ProfileStore:
 
 
 def default_profiles_dir() -> Path:
-    """examples/profiles in a checkout."""
-    return Path(__file__).resolve().parent.parent / "examples" / "profiles"
+    """The profiles shipped with the package (``examples/profiles`` of the repository)."""
+    return resources.profiles_dir()

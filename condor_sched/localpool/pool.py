@@ -11,13 +11,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from condor_sched import resources
 from condor_sched.inventory import Inventory, default_inventory_path, load_inventory, node_config, node_slots
 from condor_sched.localpool import chroot, config
 from condor_sched.localpool.chroot import PoolError
 
 log = logging.getLogger(__name__)
 
-REPO_DIR = Path(__file__).resolve().parents[2]
 DEFAULT_ROOT = Path("/var/cache/condor-sched/pool-root")
 DEFAULT_WORKDIR = Path("/var/tmp/condor-sched-work")
 #: The config.d snippets the pool installs (the sidecar's own snippet is for its host).
@@ -33,8 +33,8 @@ class PoolSettings:
     user: str = "alice"
     uid: int = 2001
     admin_user: str = "condor"
-    hooks_dir: Path = REPO_DIR / "node_hooks"
-    config_d: Path = REPO_DIR / "config.d"
+    hooks_dir: Path = field(default_factory=resources.node_hooks_dir)
+    config_d: Path = field(default_factory=resources.config_d_dir)
     mirror: str | None = None
 
     @classmethod

@@ -82,3 +82,37 @@ def test_pool_up_refuses_without_root(monkeypatch):
         result = CliRunner().invoke(main, ["pool", action])
         assert result.exit_code == 1 and f"pool {action} needs root" in result.output
         assert "Traceback" not in result.output
+
+
+def test_install_node_writes_every_hook_executable_and_is_idempotent(tmp_path):
+    target = tmp_path / "hooks"
+    first = run("install-node", str(target))
+    assert first.exit_code == 0
+    installed = sorted(p.name for p in target.iterdir())
+    assert "cosched_prepare_job.py" in installed and "cosched_node_agent.py" in installed
+    assert all((target / name).stat().st_mode & 0o777 == 0o755 for name in installed)
+    assert first.output.count("wrote") == len(installed)
+    again = run("install-node", str(target))
+    assert again.exit_code == 0 and again.output.count("unchanged") == len(installed)
+
+
+def test_install_node_refuses_a_different_file_unless_forced(tmp_path):
+    (tmp_path / "cosched_prepare_job.py").write_text("# the admin's own hook\n")
+    refused = CliRunner().invoke(main, ["install-node", str(tmp_path)])
+    assert refused.exit_code == 1 and "cosched_prepare_job.py" in refused.output and "--force" in refused.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cosched_prepare_job.py"]
+    assert (tmp_path / "cosched_prepare_job.py").read_text() == "# the admin's own hook\n"
+    forced = run("install-node", "--force", str(tmp_path))
+    assert forced.exit_code == 0 and f"replaced  {tmp_path / 'cosched_prepare_job.py'}" in forced.output
+    assert "the admin's own hook" not in (tmp_path / "cosched_prepare_job.py").read_text()
+
+
+def test_config_lists_prints_one_or_all_snippets():
+    names = run("config", "--list").output.split()
+    assert names == ["10-cosched-schedd.conf", "20-cosched-startd.conf", "50-cosched-sidecar.conf"]
+    sidecar = run("config", "50-cosched-sidecar.conf").output
+    assert "COSCHED_POLICY" in sidecar and "=====" not in sidecar
+    everything = run("config").output
+    assert all(f"# ===== {name} =====" in everything for name in names) and sidecar in everything
+    unknown = CliRunner().invoke(main, ["config", "99-nothing.conf"])
+    assert unknown.exit_code == 2 and "50-cosched-sidecar.conf" in unknown.output

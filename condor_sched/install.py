@@ -1,0 +1,110 @@
+"""What a pool admin takes from the package: the node hooks and the config.d snippets.
+
+``install_node_hooks`` copies the execute-node programs into a directory of the admin's
+choice; ``config_snippets`` names the HTCondor config files an admin drops into a host's
+``config.d/``. Both read the shipped files through :mod:`condor_sched.resources`.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from condor_sched.resources import ResourceMissing, config_d_dir, node_hooks_dir
+
+#: Every hook file is installed executable (the programs are run directly; the helper
+#: modules next to them are harmless so).
+HOOK_MODE = 0o755
+
+
+class InstallConflict(Exception):
+    """Files in the target directory that differ from the shipped ones (``--force`` replaces them)."""
+
+
+class UnknownSnippet(KeyError):
+    """A config.d snippet name the package does not ship."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass(frozen=True, slots=True)
+class InstalledFile:
+    """One hook file and what installing it did: ``wrote``, ``replaced`` or ``unchanged``."""
+
+    path: Path
+    action: str
+
+
+def node_hook_files() -> list[Path]:
+    """The shipped execute-node programs and their helper modules, by name."""
+    found = sorted(node_hooks_dir().glob("*.py"))
+    if not found:
+        raise ResourceMissing(f"{node_hooks_dir()}: no node hook shipped")
+    return found
+
+
+def _same_content(a: Path, b: Path) -> bool:
+    return a.stat().st_size == b.stat().st_size and a.read_bytes() == b.read_bytes()
+
+
+def _copy_replacing(source: Path, destination: Path) -> None:
+    """Write through a temporary file and a rename, so a hook that runs meanwhile never
+    reads half a file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{destination.name}.", dir=destination.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(source.read_bytes())
+        os.chmod(tmp, HOOK_MODE)
+        os.replace(tmp, destination)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def install_node_hooks(target_dir: Path, force: bool = False) -> list[InstalledFile]:
+    """Copy every node hook into ``target_dir`` (created if missing), mode 0755.
+
+    An identical file is left alone (made executable); a different file, or a link, is an
+    :class:`InstallConflict` naming all of them before anything is written, unless
+    ``force``. A directory in the way is never replaced.
+    """
+    if target_dir.exists() and not target_dir.is_dir():
+        raise InstallConflict(f"{target_dir}: not a directory")
+    sources = node_hook_files()
+    actions: list[tuple[Path, Path, str]] = []
+    for source in sources:
+        destination = target_dir / source.name
+        if destination.is_dir() and not destination.is_symlink():
+            raise InstallConflict(f"{destination}: a directory is in the way")
+        if not os.path.lexists(destination):
+            actions.append((source, destination, "wrote"))
+        elif not destination.is_symlink() and _same_content(source, destination):
+            actions.append((source, destination, "unchanged"))
+        else:
+            actions.append((source, destination, "replaced"))
+    conflicts = [str(d) for _, d, action in actions if action == "replaced"]
+    if conflicts and not force:
+        raise InstallConflict("these files differ from the shipped node hooks (--force replaces them): "
+                              + ", ".join(conflicts))
+    target_dir.mkdir(parents=True, exist_ok=True)
+    for source, destination, action in actions:
+        if action == "unchanged":
+            os.chmod(destination, HOOK_MODE)
+        else:
+            _copy_replacing(source, destination)
+    return [InstalledFile(destination, action) for _, destination, action in actions]
+
+
+def config_snippets() -> dict[str, Path]:
+    """The shipped config.d snippets, by file name, in the order HTCondor reads them."""
+    return {p.name: p for p in sorted(config_d_dir().glob("*.conf"))}
+
+
+def config_snippet(name: str) -> str:
+    """The text of the snippet ``name`` (e.g. ``50-cosched-sidecar.conf``)."""
+    snippets = config_snippets()
+    if name not in snippets:
+        raise UnknownSnippet(f"no config snippet {name!r}; the package ships: {', '.join(snippets)}")
+    return snippets[name].read_text()
