@@ -14,6 +14,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import classad2
 
+from condor_sched.device_kinds import DeviceKind, device_kinds
 from condor_sched.model import (
     PIN_CYCLE_ATTR,
     PIN_ORIGINAL_ATTR,
@@ -95,6 +96,14 @@ def schedd_of(ad: classad2.ClassAd, fallback: str) -> str:
     return fallback
 
 
+def _requested_kind(ad: classad2.ClassAd) -> DeviceKind | None:
+    """The device kind whose memory the job requests (at most one), None for a CPU job."""
+    kinds = [k for k in device_kinds() if _number(ad, k.request_memory_attr, required=False) > 0]
+    if len(kinds) > 1:
+        raise AdError(kinds[1].request_memory_attr, f"a job uses one device, but it also requests {kinds[0].name}")
+    return kinds[0] if kinds else None
+
+
 def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
     """One job record; raises AdError naming the attribute that is missing or malformed."""
     cluster = _number(ad, "ClusterId", required=True)
@@ -104,12 +113,12 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
         status = JobStatus(status_code)
     except ValueError:
         raise AdError("JobStatus", f"unknown code {status_code}") from None
-    device_memory = _number(ad, "RequestPhiMemory", required=False)
+    kind = _requested_kind(ad)
     request = Resources(
         cpus=_number(ad, "RequestCpus", required=True),
         memory_mb=_number(ad, "RequestMemory", required=True),
-        device_memory_mb=device_memory,
-        device_threads=_number(ad, "RequestPhiThreads", required=device_memory > 0),
+        device_memory_mb=_number(ad, kind.request_memory_attr, required=False) if kind else 0,
+        device_threads=_number(ad, kind.request_compute_attr, required=True) if kind else 0,
         llc_ways=_number(ad, "RequestLLCWays", required=False),
         mem_bw_gbs=_number(ad, "RequestMemBW", required=False, integer=False),
     )
@@ -126,6 +135,7 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
         has_pin_clause=requirements is not None and PIN_SLOT_ATTR in str(requirements),
         program=program,
         spread="CoSchedProgram" in ad,
+        device_kind=kind.name if kind else None,
         slowdown_threshold=_number(ad, "CoSchedAlpha", required=False, default=DEFAULT_SLOWDOWN_THRESHOLD,
                                    integer=False, minimum=0.01, maximum=1.0),
         remote_slot=_string(ad, "RemoteHost"),
@@ -148,21 +158,26 @@ def slot_from_ad(ad: classad2.ClassAd) -> Slot | None:
     name = _string(ad, "Name", required=True)
     machine = _string(ad, "Machine", required=True)
 
+    kinds = [k for k in device_kinds() if _number(ad, f"TotalSlot{k.memory_attr}", required=False) > 0]
+    if len(kinds) > 1:
+        raise AdError(f"TotalSlot{kinds[1].memory_attr}", f"a slot holds one device, but it also has {kinds[0].name}")
+    kind = kinds[0] if kinds else None
+
     def amounts(prefix: str) -> Resources:
         return Resources(
             cpus=_number(ad, f"{prefix}Cpus", required=True),
             memory_mb=_number(ad, f"{prefix}Memory", required=True),
-            device_memory_mb=_number(ad, f"{prefix}PhiMemory", required=False),
-            device_threads=_number(ad, f"{prefix}PhiThreads", required=False),
+            device_memory_mb=_number(ad, f"{prefix}{kind.memory_attr}", required=False) if kind else 0,
+            device_threads=_number(ad, f"{prefix}{kind.compute_attr}", required=False) if kind else 0,
             llc_ways=_number(ad, f"{prefix}LLCWays", required=False),
             mem_bw_gbs=_number(ad, f"{prefix}MemBW", required=False, integer=False),
         )
 
     total, free = amounts("TotalSlot"), amounts("")
-    kind = SlotKind.DEVICE if total.device_memory_mb > 0 else SlotKind.SOCKET
     cache_id = _number(ad, "LLCCacheId", required=False, default=None) if "LLCCacheId" in ad else None
-    return Slot(name=name, machine=machine, kind=kind, total=total, free=free,
-                device_name=_string(ad, "PhiDeviceName"), cache_id=cache_id,
+    return Slot(name=name, machine=machine, kind=SlotKind.DEVICE if kind else SlotKind.SOCKET, total=total,
+                free=free, device_name=_string(ad, kind.device_name_attr) if kind else None, cache_id=cache_id,
+                device_kind=kind.name if kind else None,
                 updated_at_s=_number(ad, "LastHeardFrom", required=False) or _number(ad, "MyCurrentTime", required=False),
                 children=_child_names(ad))
 

@@ -86,7 +86,7 @@ def show(queue: Path, machines: Path, as_json: bool) -> None:
               help="One CP-SAT worker and a deterministic time limit: the same plan on every run.")
 @click.option("--thread-overcommit", type=click.FloatRange(min=1.0), default=1.0, show_default=True,
               help="Device threads a plan may use, as a multiple of each device's threads (what-if: "
-                   "a live pool accounts only the PhiThreads its nodes advertise).")
+                   "a live pool accounts only the device compute its nodes advertise).")
 @click.option("--unpin-age-cycles", type=click.IntRange(min=1), default=3, show_default=True,
               help="Unpin a pin not matched within this many cycles (COSCHED_UNPIN_AGE_CYCLES).")
 @click.option("--profiles", "profiles_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -101,7 +101,8 @@ def plan(queue: Path, machines: Path, policy: str, spread_policy: str, granulari
 
     The very cycle the sidecar runs: pins still fresh are kept (cycle numbers go on after
     the newest CoSchedPinCycle), stale ones unpinned, the rest planned. Device policies
-    (knapsack, global, exclusive, random) place jobs that request PhiMemory; spread policies
+    (knapsack, global, exclusive, random) place jobs that request device memory of a device
+    kind (condor_sched.device_kinds: the Xeon Phi kind first); spread policies
     (sns, sns-global, ce, cs) place the procs of +CoSchedProgram jobs and add scale_factor,
     llc_ways and mem_bw_gbs to each assignment. Exit 0 when it planned (placed or not); 2 on bad input.
     """

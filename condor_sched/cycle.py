@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from condor_sched.device_kinds import DEFAULT_KIND
 from condor_sched.model import (
     Assignment,
     Job,
@@ -210,6 +211,23 @@ def _reserve(slots: Mapping[str, Slot], pinned: Iterable[Job], all_jobs: Iterabl
     return [s.with_free(s.free - held[s.name]) if s.name in held else s for s in slots.values()]
 
 
+def _with_device_kinds(eligible: Mapping[JobKey, frozenset[str]], jobs: Iterable[Job],
+                       slots: Iterable[Slot]) -> Mapping[JobKey, frozenset[str]]:
+    """``eligible`` narrowed so that a device job may use only the slots of its device kind
+    (unchanged while every job and slot is of one kind; a record without one is of the default kind)."""
+    jobs = list(jobs)
+    by_kind: dict[str, set[str]] = {}
+    for slot in slots:
+        by_kind.setdefault(slot.device_kind or DEFAULT_KIND, set()).add(slot.name)
+    if len(by_kind) <= 1 and {j.device_kind or DEFAULT_KIND for j in jobs} <= set(by_kind):
+        return eligible
+    narrowed = dict(eligible)
+    for job in jobs:
+        own = frozenset(by_kind.get(job.device_kind or DEFAULT_KIND, ()))
+        narrowed[job.key] = own & eligible[job.key] if job.key in eligible else own
+    return narrowed
+
+
 def running_jobs(state: PoolState) -> tuple[RunningJob, ...]:
     """The jobs holding a dynamic slot, with their partitionable slot, node and measurements."""
     slots = {s.name: s for s in state.slots}
@@ -250,10 +268,11 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
         to_plan = [j for j in to_plan if j.uses_device]
     enrolls = [Enroll(j.key, j.attributes.get("Requirements")) for j in to_plan if not j.has_pin_clause]
     free = _reserve(slots, kept, state.jobs)
+    device_jobs = tuple(j for j in to_plan if j.uses_device)
+    device_slots = tuple(s for s in free if s.kind is SlotKind.DEVICE)
     request = PlanRequest(
-        idle=tuple(j for j in to_plan if j.uses_device),
-        slots=tuple(s for s in free if s.kind is SlotKind.DEVICE),
-        running=running_jobs(state), eligible=state.eligible, nodes=state.nodes, cycle=cycle,
+        idle=device_jobs, slots=device_slots, running=running_jobs(state),
+        eligible=_with_device_kinds(state.eligible, device_jobs, device_slots), nodes=state.nodes, cycle=cycle,
         first_seen_cycle=first_seen, profiles=config.profiles, exploration_scales=state.exploration_scales)
     plans = [run_policy(config.device_policy, request, config.plan)]
     if config.spread_policy is not None:

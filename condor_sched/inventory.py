@@ -12,10 +12,12 @@ Schema (units in the key names)::
         devices:                 # 0 or more coprocessors
           - name: mic0           # [a-z][a-z0-9]*, unique within the node
             memory_mb: 8192      # device memory
-            hardware_threads: 240
+            hardware_threads: 240 # device compute, in the unit of its kind
             host_cores: 4        # optional, default 4: host cores set aside for the
                                  # jobs that offload to this device
             host_memory_mb: 1024 # optional, default 1024
+            kind: phi            # optional, default phi: a registered device kind
+                                 # (condor_sched.device_kinds)
 
 Slot layout (fixed once for every later issue): each device is one partitionable slot
 holding that device's memory and threads and its share of host cores and memory; each
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from condor_sched import resources
+from condor_sched.device_kinds import DEFAULT_KIND, DeviceKindError, device_kind
 from condor_sched.model import Resources, Slot, SlotKind
 from condor_sched.yamlio import checked_number, load_yaml
 
@@ -51,11 +54,14 @@ class Socket:
 
 @dataclass(frozen=True, slots=True)
 class Device:
+    """One device; ``hardware_threads`` is its compute in the unit of its ``kind``."""
+
     name: str
     memory_mb: int
     hardware_threads: int
     host_cores: int = 4
     host_memory_mb: int = 1024
+    kind: str = DEFAULT_KIND
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +132,7 @@ def _parse_node(where: str, raw: Any) -> Node:
                 hardware_threads=_number(dw, d, "hardware_threads", int, 1),
                 host_cores=_number(dw, d, "host_cores", int, 1, default=4),
                 host_memory_mb=_number(dw, d, "host_memory_mb", int, 1, default=1024),
+                kind=_kind(dw, d),
             )
         )
     if len({d.name for d in devices}) != len(devices):
@@ -170,6 +177,15 @@ def slot_name(slot_id: int, node: str, domain: str) -> str:
     return f"slot{slot_id}@{node}@{node}.{domain}"
 
 
+def _kind(where: str, raw: dict[str, Any]) -> str:
+    """A device's ``kind`` (default: the first registered, Xeon Phi), which must be registered."""
+    name = raw.get("kind", DEFAULT_KIND)
+    try:
+        return device_kind(str(name)).name
+    except DeviceKindError as e:
+        raise InventoryError(f"{where}: 'kind': {e}") from None
+
+
 def node_slots(node: Node, domain: str) -> list[Slot]:
     """The partitionable slots of an idle node, in slot-id order: sockets, then devices.
 
@@ -184,7 +200,7 @@ def node_slots(node: Node, domain: str) -> list[Slot]:
         res = Resources(cpus=device.host_cores, memory_mb=device.host_memory_mb,
                         device_memory_mb=device.memory_mb, device_threads=device.hardware_threads)
         slots.append(Slot(slot_name(len(slots) + 1, node.name, domain), f"{node.name}.{domain}",
-                          SlotKind.DEVICE, res, res, device_name=device.name))
+                          SlotKind.DEVICE, res, res, device_name=device.name, device_kind=device.kind))
     return slots
 
 
@@ -202,5 +218,6 @@ def node_config(node: Node, domain: str) -> dict[str, Any]:
     for device in node.devices:
         slots.append({"slot_id": len(slots) + 1, "kind": "device", "device": device.name,
                       "cores": device.host_cores, "memory_mb": device.host_memory_mb,
-                      "device_memory_mb": device.memory_mb, "hardware_threads": device.hardware_threads})
+                      "device_memory_mb": device.memory_mb, "hardware_threads": device.hardware_threads,
+                      "device_kind": device_kind(device.kind).to_node_json()})
     return {"node": node.name, "domain": domain, "cores": node.cores, "memory_mb": node.memory_mb, "slots": slots}

@@ -53,7 +53,8 @@ class JobStatus(enum.IntEnum):
 class Resources:
     """An amount of every resource condor_sched accounts, with units in the names.
 
-    Device resources are those of one coprocessor (paper 002); LLC ways and memory
+    Device resources are those of one device (paper 002): its memory, and its compute in the
+    unit of its kind (``device_kinds``: hardware threads for a Xeon Phi). LLC ways and memory
     bandwidth are those of one socket's last-level cache (paper 000).
     """
 
@@ -105,6 +106,8 @@ class Job:
     has_pin_clause: bool = False
     program: str = ""
     spread: bool = False
+    #: The device kind (``condor_sched.device_kinds``) whose memory the job requests; None for CPU jobs.
+    device_kind: str | None = None
     slowdown_threshold: float = 0.9
     remote_slot: str | None = None
     started_at_s: int | None = None
@@ -150,6 +153,8 @@ class Slot:
     free: Resources
     device_name: str | None = None
     cache_id: int | None = None
+    #: The device kind of a DEVICE slot (``condor_sched.device_kinds``).
+    device_kind: str | None = None
     updated_at_s: int = 0
     #: Names of the dynamic slots already out of ``free`` (the ad's ``ChildName``); None when
     #: the ad does not say, and then only ``updated_at_s`` tells a stale ad.

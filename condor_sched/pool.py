@@ -11,6 +11,7 @@ import classad2
 import htcondor2
 
 from condor_sched.classads import state_from_ads
+from condor_sched.device_kinds import device_kinds
 from condor_sched.model import (
     PIN_CLAUSE,
     PIN_CYCLE_ATTR,
@@ -24,15 +25,22 @@ from condor_sched.model import (
     PoolState,
 )
 
-#: Job attributes the planners read; live queries project on these.
-JOB_PROJECTION = [
+def job_projection() -> list[str]:
+    """Job attributes the planners read (every device kind's requests); live queries project on these."""
+    kinds = [a for k in device_kinds() for a in (k.request_memory_attr, k.request_compute_attr)]
+    return [*_JOB_ATTRS, *kinds]
+
+
+def covered_jobs() -> str:
+    """Jobs any condor_sched policy covers: device jobs of every kind, and spread jobs (CoSchedProgram)."""
+    return " || ".join([*(f"({k.request_memory_attr} > 0)" for k in device_kinds()), "(CoSchedProgram =!= undefined)"])
+
+
+_JOB_ATTRS = [
     "ClusterId", "ProcId", "GlobalJobId", "Owner", "JobStatus", "QDate", "Cmd", "Requirements",
-    "RequestCpus", "RequestMemory", "RequestPhiMemory", "RequestPhiThreads", "RequestLLCWays",
-    "RequestMemBW", "CoSchedProgram", "CoSchedAlpha", "RemoteHost", "JobCurrentStartDate", "AllowedExecuteDuration", "MemoryUsage", "ImageSize",
+    "RequestCpus", "RequestMemory", "RequestLLCWays", "RequestMemBW", "CoSchedProgram", "CoSchedAlpha", "RemoteHost", "JobCurrentStartDate", "AllowedExecuteDuration", "MemoryUsage", "ImageSize",
     PIN_SLOT_ATTR, PIN_CYCLE_ATTR, PIN_ORIGINAL_ATTR, PIN_LLC_WAYS_ATTR, PIN_MEM_BW_ATTR, PIN_SCALE_ATTR,
 ]
-#: Jobs any condor_sched policy covers (device jobs; spread jobs carry CoSchedProgram).
-COVERED_JOBS = "(RequestPhiMemory > 0) || (CoSchedProgram =!= undefined)"
 
 
 class PoolUnreachable(RuntimeError):
@@ -85,9 +93,9 @@ def ads_to_state(ads: LiveAds) -> PoolState:
     return state_from_ads(ads.jobs, ads.slots)
 
 
-def read_state(job_constraint: str = COVERED_JOBS) -> PoolState:
+def read_state() -> PoolState:
     """The co-scheduled jobs (all statuses) and the partitionable slots, as records."""
-    return ads_to_state(read_ads(job_constraint, JOB_PROJECTION))
+    return ads_to_state(read_ads(covered_jobs(), job_projection()))
 
 
 def last_negotiation_cycle_end() -> int | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from condor_sched.device_kinds import device_kinds
 from condor_sched.policies.base import PlanSettings, PolicyKind, policy_names
 
 
@@ -71,7 +72,8 @@ def settings_from_knobs(knobs: Mapping[str, str]) -> SidecarSettings:
     if settings.plan.thread_overcommit != 1.0:
         raise SettingsError(
             f"COSCHED_THREAD_OVERCOMMIT = {settings.plan.thread_overcommit:g}: a live pool accounts only the "
-            "PhiThreads its startds advertise, so pins planned beyond them could never match, and the "
+            f"device compute ({', '.join(k.compute_attr for k in device_kinds())}) its startds advertise, "
+            "so pins planned beyond it could never match, and the "
             "PREPARE_JOB hook refuses starts beyond a device's hardware threads (there is no offload "
             "arbiter); keep it at 1.0: plan and simulate take --thread-overcommit for what-if studies")
     if settings.plan.knapsack_solver not in ("dp", "ortools"):

@@ -258,6 +258,82 @@ def format_line(attr: str, value: Any) -> str:
 # ---------------------------------------------------------------------------------------
 # Node config
 
+KIND_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+KIND_ATTR_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,63}$")
+TEMPLATE_RE = re.compile(r"^[\x20-\x7e]{0,256}$")
+TEMPLATE_FIELDS = frozenset({"compute", "cores", "first_core", "last_core", "compute_per_core", "device",
+                             "device_index"})
+
+
+@dataclass(frozen=True)
+class DeviceKindConfig:
+    """A device kind's record as the node config carries it (``condor_sched.device_kinds``):
+    the attributes naming its memory, compute and device, its compute units per core, and
+    the environment templates the PREPARE_JOB hook fills."""
+    name: str
+    memory_attr: str
+    compute_attr: str
+    device_name_attr: str
+    compute_per_core: int
+    environment: Tuple[Tuple[str, str], ...]
+    discovery: str = "inventory"
+
+    def job_environment(self, device: str, compute: int, first_core: int, cores: int) -> List[Tuple[str, str]]:
+        """The filled templates; a variable whose template needs a device index the device
+        name does not end with is left out."""
+        index = re.search(r"(\d{1,6})$", device)
+        values = {"compute": compute, "cores": cores, "first_core": first_core, "last_core": first_core + cores - 1,
+                  "compute_per_core": self.compute_per_core, "device": device,
+                  "device_index": index.group(1) if index else None}
+        out = []
+        for name, template in self.environment:
+            fields = set(re.findall(r"{(\w*)}", template))
+            if any(values[f] is None for f in fields):
+                continue
+            out.append((name, template.format(**{f: values[f] for f in fields})))
+        return out
+
+
+#: The kind of a device slot whose node config names none (configs written before kinds).
+PHI_KIND = DeviceKindConfig(
+    "phi", "PhiMemory", "PhiThreads", "PhiDeviceName", THREADS_PER_PHI_CORE,
+    (("OMP_NUM_THREADS", "{compute}"), ("MIC_ENV_PREFIX", "MIC"), ("MIC_OMP_NUM_THREADS", "{compute}"),
+     ("MIC_KMP_PLACE_THREADS", "{cores}c,{compute_per_core}t,{first_core}o"),
+     ("MIC_KMP_AFFINITY", "granularity=fine,compact"), ("COSCHED_DEVICE", "{device}"),
+     ("COSCHED_DEVICE_CORES", "{first_core}-{last_core}"), ("OFFLOAD_DEVICES", "{device_index}")), "micinfo")
+
+
+def parse_device_kind(raw: Any, where: str) -> DeviceKindConfig:
+    """Validate a node config's ``device_kind`` object (absent: the Xeon Phi kind)."""
+    if raw is None:
+        return PHI_KIND
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: 'device_kind' is not an object")
+    name = raw.get("name")
+    if not isinstance(name, str) or not KIND_NAME_RE.match(name):
+        raise ConfigError(f"{where}: device_kind 'name' is not a valid kind name")
+    attrs = [raw.get(key) for key in ("memory_attr", "compute_attr", "device_name_attr")]
+    if not all(isinstance(a, str) and KIND_ATTR_RE.match(a) for a in attrs) or len(set(attrs)) != 3:
+        raise ConfigError(f"{where}: device_kind attributes must be three distinct attribute names")
+    environment = raw.get("environment", [])
+    if not isinstance(environment, list) or len(environment) > 32:
+        raise ConfigError(f"{where}: device_kind 'environment' must be a list of [name, template]")
+    pairs = []
+    for entry in environment:
+        if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(x, str) for x in entry)
+                and ENV_NAME_RE.match(entry[0]) and TEMPLATE_RE.match(entry[1])
+                and set(re.findall(r"{(\w*)}", entry[1])) <= TEMPLATE_FIELDS
+                and "{" not in re.sub(r"{\w*}", "", entry[1]) and "}" not in re.sub(r"{\w*}", "", entry[1])):
+            raise ConfigError(f"{where}: device_kind environment entry {entry!r} is not [NAME, template] "
+                              f"with fields from {sorted(TEMPLATE_FIELDS)}")
+        pairs.append((entry[0], entry[1]))
+    discovery = raw.get("discovery", "inventory")
+    if not isinstance(discovery, str) or not KIND_NAME_RE.match(discovery):
+        raise ConfigError(f"{where}: device_kind 'discovery' is not a valid name")
+    return DeviceKindConfig(name, attrs[0], attrs[1], attrs[2], _cfg_int(raw, "compute_per_core", 1, 1024, where),
+                            tuple(pairs), discovery)
+
+
 @dataclass(frozen=True)
 class SlotConfig:
     slot_id: int
@@ -270,10 +346,11 @@ class SlotConfig:
     cache_id: Optional[int] = None     # socket slots: the L3 cache id (resctrl schemata key)
     llc_ways: int = 0                  # socket slots: LLC ways of that cache (0: unknown)
     mem_bw_gbs: float = 0.0            # socket slots: peak memory bandwidth, GB/s (0: unknown)
+    device_kind: DeviceKindConfig = PHI_KIND  # device slots: the device's kind
 
     @property
     def device_cores(self) -> int:
-        return self.hardware_threads // THREADS_PER_PHI_CORE
+        return self.hardware_threads // self.device_kind.compute_per_core
 
 
 @dataclass(frozen=True)
@@ -342,9 +419,11 @@ def parse_node_config(obj: Any) -> NodeConfig:
             device = raw.get("device")
             if not isinstance(device, str) or not DEVICE_RE.match(device):
                 raise ConfigError(f"{where}: 'device' is not a valid device name")
+            device_kind = parse_device_kind(raw.get("device_kind"), where)
             slots.append(SlotConfig(slot_id, kind, cores, memory_mb, device,
                                     _cfg_int(raw, "device_memory_mb", 1, MAX_INT, where),
-                                    _cfg_int(raw, "hardware_threads", THREADS_PER_PHI_CORE, 100000, where)))
+                                    _cfg_int(raw, "hardware_threads", device_kind.compute_per_core, 100000, where),
+                                    device_kind=device_kind))
         elif kind == "socket":
             cache_id = _cfg_int(raw, "cache_id", 0, CACHE_ID_MAX, where) if "cache_id" in raw else None
             llc_ways = _cfg_int(raw, "llc_ways", 1, CBM_WIDTH_MAX, where) if "llc_ways" in raw else 0

@@ -3,15 +3,16 @@
 
 Runs as the JOB'S USER before the job starts (``<KEYWORD>_HOOK_PREPARE_JOB``): job ad on
 stdin, slot ad in ``$_CONDOR_MACHINE_AD``, node config in ``$COSCHED_NODE_CONFIG``.  For a
-job on a device slot it prints an ``Environment`` line (the job's own variables kept) with
-OMP_NUM_THREADS / MIC_OMP_NUM_THREADS = RequestPhiThreads and a MIC_KMP_PLACE_THREADS core
+job on a device slot it prints an ``Environment`` line (the job's own variables kept) from
+the device kind's templates in the node config (Xeon Phi: OMP_NUM_THREADS /
+MIC_OMP_NUM_THREADS = RequestPhiThreads and a MIC_KMP_PLACE_THREADS core range) on a core
 range disjoint from the other jobs on that device, and records the allocation in the node
 agent's state dir (protocol: cosched_node's docstring).  This is COSMIC's node-side role
 (Section IV-D2 of paper 002): no thread oversubscription, thread-to-core affinity, and a
 refusal of any start that would oversubscribe the device even if HTCondor's accounting was
 stale or forged.
 
-Spread jobs (SNS, paper 000: a job ad with ``CoSchedProgram`` and no ``RequestPhiMemory``,
+Spread jobs (SNS, paper 000: a job ad with ``CoSchedProgram`` and no device memory request,
 on a socket slot): prints an ``Environment`` line with OMP_NUM_THREADS = RequestCpus and,
 when the sidecar pinned it (``CoSchedPinSlot``, ``CoSchedPinLLCWays``, ``CoSchedPinMemBW``,
 ``CoSchedPinScale``, optional ``CoSchedPinNodes``), writes a ``SpreadRequest`` (kind
@@ -127,19 +128,11 @@ def merge_environment(job_ad: Dict[str, object], updates: Sequence[Tuple[str, st
     return format_environment_v2(merged)
 
 
-def device_environment(device: str, threads: int, first_core: int, cores: int) -> List[Tuple[str, str]]:
-    """Thread cap and core affinity for one job on a Xeon Phi (4 hardware threads a core)."""
-    env = [("OMP_NUM_THREADS", str(threads)),
-           ("MIC_ENV_PREFIX", "MIC"),
-           ("MIC_OMP_NUM_THREADS", str(threads)),
-           ("MIC_KMP_PLACE_THREADS", f"{cores}c,{cn.THREADS_PER_PHI_CORE}t,{first_core}o"),
-           ("MIC_KMP_AFFINITY", "granularity=fine,compact"),
-           ("COSCHED_DEVICE", device),
-           ("COSCHED_DEVICE_CORES", f"{first_core}-{first_core + cores - 1}")]
-    index = re.match(r"^mic(\d+)$", device)
-    if index:
-        env.append(("OFFLOAD_DEVICES", index.group(1)))
-    return env
+def device_environment(slot: cn.SlotConfig, device: str, threads: int, first_core: int,
+                       cores: int) -> List[Tuple[str, str]]:
+    """Compute cap and core affinity for one job on a device, from its kind's templates
+    (Xeon Phi: OpenMP thread caps and KMP placement, 4 hardware threads a core)."""
+    return slot.device_kind.job_environment(device, threads, first_core, cores)
 
 
 # ---------------------------------------------------------------------------------------
@@ -156,11 +149,15 @@ def resolve_slot(machine_ad: Dict[str, object], config: cn.NodeConfig) -> Tuple[
     if config.node not in (hosts[0], hosts[-1].split(".")[0]):
         raise cn.ConfigError(f"slot {name} is not on node {config.node}: wrong COSCHED_NODE_CONFIG?")
     slot = config.slot(slot_id)
-    named = cn.ad_str(machine_ad, "PhiDeviceName", cn.DEVICE_RE, required=False)
+    named, name_attr = None, ""
+    for name_attr in sorted({d.device_kind.device_name_attr for d in config.devices}):
+        named = cn.ad_str(machine_ad, name_attr, cn.DEVICE_RE, required=False)
+        if named is not None:
+            break
     if named is not None:
         by_name = config.device(named)
-        if by_name is None:
-            raise cn.AdError(f"machine ad PhiDeviceName {named} is not a device of node {config.node}")
+        if by_name is None or by_name.device_kind.device_name_attr != name_attr:
+            raise cn.AdError(f"machine ad {name_attr} {named} is not a device of node {config.node}")
         if slot is not None and slot is not by_name:
             raise cn.AdError(f"slot {short} is slot id {slot_id} in the node config, "
                              f"but its ad names device {named}")
@@ -187,8 +184,10 @@ class SpreadDemand:
     nodes: int = 0
 
 
-def is_spread_job(job_ad: Dict[str, object]) -> bool:
-    return cn.ad_get(job_ad, "CoSchedProgram") is not None and cn.ad_get(job_ad, "RequestPhiMemory") is None
+def is_spread_job(job_ad: Dict[str, object], config: cn.NodeConfig) -> bool:
+    """Names its program and requests the memory of none of the node's device kinds."""
+    return cn.ad_get(job_ad, "CoSchedProgram") is not None and all(
+        cn.ad_get(job_ad, "Request" + d.device_kind.memory_attr) is None for d in config.devices)
 
 
 def check_pin_slot(pin: str, config: cn.NodeConfig, short_slot: str) -> cn.SlotConfig:
@@ -244,16 +243,19 @@ def job_identity(job_ad: Dict[str, object]) -> Tuple[int, int, str]:
 
 def device_demand(job_ad: Dict[str, object], machine_ad: Dict[str, object],
                   device: cn.SlotConfig) -> Optional[Tuple[int, int]]:
-    """(threads, memory_mb) the job asks of the device, None if it asks for nothing."""
-    if cn.ad_get(job_ad, "RequestPhiThreads") is None and cn.ad_get(job_ad, "RequestPhiMemory") is None:
+    """(compute, memory_mb) the job asks of the device (attributes of its kind: Xeon Phi
+    RequestPhiThreads, RequestPhiMemory), None if it asks for nothing."""
+    kind = device.device_kind
+    compute_attr, memory_attr = "Request" + kind.compute_attr, "Request" + kind.memory_attr
+    if cn.ad_get(job_ad, compute_attr) is None and cn.ad_get(job_ad, memory_attr) is None:
         return None
-    threads = cn.ad_int(job_ad, "RequestPhiThreads", 0, cn.MAX_INT)
-    memory_mb = cn.ad_int(job_ad, "RequestPhiMemory", 0, cn.MAX_INT, default=0)
+    threads = cn.ad_int(job_ad, compute_attr, 0, cn.MAX_INT)
+    memory_mb = cn.ad_int(job_ad, memory_attr, 0, cn.MAX_INT, default=0)
     if threads == 0 and memory_mb == 0:
         return None
     if threads == 0:
-        raise cn.AdError("RequestPhiThreads must be >= 1 for a job that requests device memory")
-    for attr, asked in (("PhiThreads", threads), ("PhiMemory", memory_mb)):
+        raise cn.AdError(f"{compute_attr} must be >= 1 for a job that requests device memory")
+    for attr, asked in ((kind.compute_attr, threads), (kind.memory_attr, memory_mb)):
         if cn.ad_get(machine_ad, attr) is not None:
             allocated = cn.ad_int(machine_ad, attr, 0, cn.MAX_INT)
             if asked > allocated:
@@ -265,7 +267,7 @@ def device_demand(job_ad: Dict[str, object], machine_ad: Dict[str, object],
 def place(device: cn.SlotConfig, threads: int, memory_mb: int,
           co_runners: Sequence[cn.Request]) -> Tuple[int, int]:
     """(first core, cores) for the job, or Refusal if the device would be oversubscribed."""
-    cores = math.ceil(threads / cn.THREADS_PER_PHI_CORE)
+    cores = math.ceil(threads / device.device_kind.compute_per_core)
     used_mb = sum(r.memory_mb for r in co_runners)
     used_threads = sum(r.threads for r in co_runners)
     if used_mb + memory_mb > device.device_memory_mb:
@@ -402,7 +404,7 @@ def main(argv: Optional[Sequence[str]] = None, stdin: Optional[object] = None,
             raise cn.AdError(f"cannot read machine ad: {exc.strerror}") from None
         short_slot, device = resolve_slot(machine_ad, config)
         if device is None:
-            if not is_spread_job(job_ad):
+            if not is_spread_job(job_ad, config):
                 return cn.EXIT_OK
             where = f"socket slot {config.node} ({short_slot})"
             return start_spread(job_ad, config, state_dir, short_slot, cluster, proc, owner, env,
@@ -422,7 +424,7 @@ def main(argv: Optional[Sequence[str]] = None, stdin: Optional[object] = None,
 
         def output(request: cn.Request) -> List[str]:
             environment = merge_environment(job_ad, device_environment(
-                request.device, threads, request.first_core, request.cores))
+                device, request.device, threads, request.first_core, request.cores))
             return [cn.format_line("Environment", environment),
                     cn.format_line("CoSchedDevice", request.device),
                     cn.format_line("CoSchedDeviceFirstCore", request.first_core),

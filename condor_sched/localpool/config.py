@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from condor_sched.device_kinds import device_kinds
 from condor_sched.inventory import Node
 
 #: DNS domain of the fake execute nodes (all on 127.0.0.1).
@@ -31,7 +32,9 @@ NODE_AGENT_SCRIPT = "cosched_node_agent.py"
 DISCOVER_SCRIPT = "discover_devices.py"
 STARTD_CRON_PERIOD_S = 30
 #: HTCondor custom resources of the slot layout (condor_sched.inventory.node_slots).
-CUSTOM_RESOURCES = ("PhiMemory", "PhiThreads", "LLCWays", "MemBW")
+def custom_resources() -> tuple[str, ...]:
+    """The custom resources every startd declares: each device kind's two, LLC ways, bandwidth."""
+    return (*(a for k in device_kinds() for a in (k.memory_attr, k.compute_attr)), "LLCWays", "MemBW")
 
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,30}$")
 
@@ -124,7 +127,7 @@ def render_pool_config(nodes: list[Node], hooks: HookFiles, domain: str = DOMAIN
         "",
         "# The startd finds custom resource names only in unprefixed MACHINE_RESOURCE_<name>",
         "# parameters; each node's NODE<i>.MACHINE_RESOURCE_<name> then sets its amount.",
-        *[f"MACHINE_RESOURCE_{r} = 0" for r in CUSTOM_RESOURCES],
+        *[f"MACHINE_RESOURCE_{r} = 0" for r in custom_resources()],
         "# Likewise SLOT_TYPE_<n>_PARTITIONABLE is read unprefixed (a NODE<i>. form is ignored and",
         "# the slot comes up Static): every slot type of this layout is partitionable.",
         *[f"SLOT_TYPE_{n}_PARTITIONABLE = True" for n in range(1, 1 + max(len(nd.sockets) + len(nd.devices) for nd in nodes))],

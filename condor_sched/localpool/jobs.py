@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from condor_sched.device_kinds import PHI
 from condor_sched.simulate.workloads import table1_jobs
 
 #: Table I runtimes are about 28.5 s exclusive; the pool runs them this many times faster.
@@ -13,8 +14,8 @@ def table1_submit(n: int, seed: int, initialdir: str, time_scale: float = DEFAUL
                   ) -> tuple[dict[str, str], list[dict[str, str]]]:
     """One submit description and ``n`` item rows (device memory, threads, sleep seconds).
 
-    Each job is an ordinary submit file's job: ``request_PhiMemory`` and
-    ``request_PhiThreads`` make it co-scheduled; ``sleep`` stands in for its run.
+    Each job is an ordinary submit file's job: ``request_<memory>`` and ``request_<compute>``
+    of the Xeon Phi kind make it co-scheduled; ``sleep`` stands in for its run.
     """
     description = {
         "executable": "/bin/sleep",
@@ -26,8 +27,8 @@ def table1_submit(n: int, seed: int, initialdir: str, time_scale: float = DEFAUL
         "log": "jobs.log",
         "request_cpus": "1",
         "request_memory": "64",
-        "request_PhiMemory": "$(phi_memory)",
-        "request_PhiThreads": "$(phi_threads)",
+        f"request_{PHI.memory_attr}": "$(phi_memory)",
+        f"request_{PHI.compute_attr}": "$(phi_threads)",
         "+CoSchedProgram": '"$(program)"',
     }
     items: list[dict[str, Any]] = [

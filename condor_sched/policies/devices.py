@@ -2,18 +2,21 @@
 exclusive, random): which jobs and slots they consider, Eq. 1 values, capacities, the
 aging rule and the reasons a job stays unplaced.
 
-Jobs considered: idle jobs with ``uses_device`` (RequestPhiMemory > 0). Slots considered:
-``SlotKind.DEVICE``. A job fits a device when its whole request fits the slot's free
-resources, in four dimensions (the order of every capacity tuple here):
+Jobs considered: idle jobs with ``uses_device`` (device memory requested). Slots considered:
+``SlotKind.DEVICE`` (the cycle gives a policy only the slots of each job's device kind).
+A job fits a device when its whole request fits the slot's free resources, in the four
+named dimensions of :class:`Capacity`:
 
-0. device memory, in granules of ``settings.memory_granularity_mb``: job memory rounded UP,
-   free memory rounded DOWN, so a plan never oversubscribes device memory;
-1. device threads: free threads plus ``total * (thread_overcommit - 1)``. With the default
-   overcommit 1.0 this is a hard limit (a deliberate deviation from paper 002, whose DP is
-   over memory only and only zeroes a knapsack's value when threads overflow; see
-   ``knapsack.py``). A single job never gets more threads than the device has;
-2. host cpus of the device slot;
-3. host memory of the device slot (MB).
+- ``device_memory_granules``: device memory in granules of ``settings.memory_granularity_mb``:
+  job memory rounded UP, free memory rounded DOWN, so a plan never oversubscribes it;
+- ``device_threads``: the device's compute (hardware threads for a Xeon Phi): free threads
+  plus ``total * (thread_overcommit - 1)`` where the device kind lets compute be
+  overcommitted (``DeviceKind.compute_overcommit``). With the default overcommit 1.0 this
+  is a hard limit (a deliberate deviation from paper 002, whose DP is over memory only and
+  only zeroes a knapsack's value when threads overflow; see ``knapsack.py``). A single job
+  never gets more threads than the device has;
+- ``cpus``: host cpus of the device slot;
+- ``memory_mb``: host memory of the device slot (MB).
 
 Aging rule (no job starves). Every placed job is worth ``COUNT_WEIGHT`` plus its scaled
 Eq. 1 value, so the planners maximise the number of jobs placed first and the Eq. 1 sum
@@ -31,19 +34,49 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from condor_sched.device_kinds import DEFAULT_KIND, device_kind
 from condor_sched.model import Assignment, Job, JobKey, Plan, Slot, SlotKind, Unplaced
 from condor_sched.policies.base import PlanSettings, PolicyError
 
 #: Eq. 1 values are scaled to integers by this factor for the exact solvers.
 VALUE_SCALE = 10_000
 
-DIMENSION_NAMES = ("device memory", "device threads", "host cpus", "host memory")
 
-Capacity = tuple[int, int, int, int]
+
+class Capacity(NamedTuple):
+    """A device plan's demand or capacity, dimension by name (module docstring). Its field
+    order is the column order of the solvers' weight rows and numpy arrays."""
+
+    device_memory_granules: int
+    device_threads: int
+    cpus: int
+    memory_mb: int
+
+    @property
+    def shape_class(self) -> ShapeClass:
+        return ShapeClass(self.device_threads, self.cpus, self.memory_mb)
+
+
+class ShapeClass(NamedTuple):
+    """Jobs equal in every dimension but device memory (equal in Eq. 1 value too)."""
+
+    device_threads: int
+    cpus: int
+    memory_mb: int
+
+
+DIMENSIONS = Capacity._fields
+N_DIMENSIONS = len(DIMENSIONS)
+#: Column of each dimension in the mutable residual rows and numpy arrays.
+MEMORY, THREADS = DIMENSIONS.index("device_memory_granules"), DIMENSIONS.index("device_threads")
+#: Columns of a shape class's dimensions, in ShapeClass order.
+CLASS_COLUMNS = tuple(DIMENSIONS.index(f) for f in ShapeClass._fields)
+DIMENSION_NAMES = {"device_memory_granules": "device memory", "device_threads": "device threads",
+                   "cpus": "host cpus", "memory_mb": "host memory"}
 
 
 def eq1_value(threads: int, hardware_threads: int) -> float:
@@ -95,24 +128,31 @@ def device_slots(slots: Iterable[Slot]) -> list[Slot]:
 def demand(job: Job, settings: PlanSettings) -> Capacity:
     r = job.request
     g = settings.memory_granularity_mb
-    return (-(-r.device_memory_mb // g), r.device_threads, r.cpus, r.memory_mb)
+    return Capacity(-(-r.device_memory_mb // g), r.device_threads, r.cpus, r.memory_mb)
+
+
+def _compute_overcommit(slot: Slot, settings: PlanSettings) -> float:
+    """The thread overcommit a slot's device kind allows (1.0: compute is hard)."""
+    if settings.thread_overcommit == 1.0 or not device_kind(slot.device_kind or DEFAULT_KIND).compute_overcommit:
+        return 1.0
+    return settings.thread_overcommit
 
 
 def free_capacity(slot: Slot, settings: PlanSettings) -> Capacity:
     """What a plan may still put on ``slot`` (see the module docstring)."""
     f, t = slot.free, slot.total
-    extra_threads = math.floor(t.device_threads * (settings.thread_overcommit - 1.0) + 1e-9)
-    return (
-        max(0, f.device_memory_mb // settings.memory_granularity_mb),
-        max(0, f.device_threads + extra_threads),
-        max(0, f.cpus),
-        max(0, f.memory_mb),
+    extra_threads = math.floor(t.device_threads * (_compute_overcommit(slot, settings) - 1.0) + 1e-9)
+    return Capacity(
+        device_memory_granules=max(0, f.device_memory_mb // settings.memory_granularity_mb),
+        device_threads=max(0, f.device_threads + extra_threads),
+        cpus=max(0, f.cpus),
+        memory_mb=max(0, f.memory_mb),
     )
 
 
 def total_capacity(slot: Slot, settings: PlanSettings) -> Capacity:
     t = slot.total
-    return (t.device_memory_mb // settings.memory_granularity_mb, t.device_threads, t.cpus, t.memory_mb)
+    return Capacity(t.device_memory_mb // settings.memory_granularity_mb, t.device_threads, t.cpus, t.memory_mb)
 
 
 def fits(need: Sequence[int], cap: Sequence[int]) -> bool:
@@ -149,22 +189,22 @@ def _too_big_reason(job: Job, need: Capacity, totals: _Totals, settings: PlanSet
         return None
     r = job.request
     g = settings.memory_granularity_mb
-    largest = [max(t[d] for t in totals.caps) for d in range(4)]
+    largest = Capacity(*(max(column) for column in zip(*totals.caps)))
     parts = []
-    if need[0] > largest[0]:
+    if need.device_memory_granules > largest.device_memory_granules:
         if r.device_memory_mb > totals.largest_mb:
             parts.append(f"needs {r.device_memory_mb} MB device memory, largest device has {totals.largest_mb}")
         else:
             parts.append(
-                f"needs {need[0]} x {g} MB granules of device memory ({r.device_memory_mb} MB rounded up), "
-                f"largest device has {largest[0]} ({totals.largest_mb} MB)"
+                f"needs {need.device_memory_granules} x {g} MB granules of device memory ({r.device_memory_mb} MB "
+                f"rounded up), largest device has {largest.device_memory_granules} ({totals.largest_mb} MB)"
             )
-    if need[1] > largest[1]:
-        parts.append(f"needs {r.device_threads} device threads, largest device has {largest[1]}")
-    if need[2] > largest[2]:
-        parts.append(f"needs {r.cpus} host cpus, largest device slot has {largest[2]}")
-    if need[3] > largest[3]:
-        parts.append(f"needs {r.memory_mb} MB host memory, largest device slot has {largest[3]}")
+    if need.device_threads > largest.device_threads:
+        parts.append(f"needs {r.device_threads} device threads, largest device has {largest.device_threads}")
+    if need.cpus > largest.cpus:
+        parts.append(f"needs {r.cpus} host cpus, largest device slot has {largest.cpus}")
+    if need.memory_mb > largest.memory_mb:
+        parts.append(f"needs {r.memory_mb} MB host memory, largest device slot has {largest.memory_mb}")
     if not parts:
         parts.append(
             f"needs {r.device_memory_mb} MB device memory, {r.device_threads} threads, {r.cpus} cpus and "
@@ -176,10 +216,11 @@ def _too_big_reason(job: Job, need: Capacity, totals: _Totals, settings: PlanSet
 def _not_fitted_reason(need: Capacity, residual: np.ndarray, hardware_threads: np.ndarray) -> str:
     """Why a job that fits some empty device was left out this cycle (``residual``: one
     row of free capacity per open device)."""
-    usable = residual[hardware_threads >= need[1]]
+    usable = residual[hardware_threads >= need.device_threads]
     if len(usable) and (usable >= np.asarray(need)).all(axis=1).any():
         return "not chosen this cycle: other jobs gave a better packing"
-    short = [DIMENSION_NAMES[d] for d in range(4) if not len(usable) or need[d] > usable[:, d].max()]
+    short = [DIMENSION_NAMES[name] for d, name in enumerate(DIMENSIONS)
+             if not len(usable) or need[d] > usable[:, d].max()]
     if short:
         return f"no device with enough free {' and '.join(short)} this cycle"
     return "no device with enough free resources together this cycle"
@@ -205,7 +246,7 @@ class DeviceState:
 
     def assign(self, job: Job, slot: Slot, need: Sequence[int], details: Mapping[str, Any] | None = None) -> None:
         cap = self.residual[slot.name]
-        for d in range(4):
+        for d in range(N_DIMENSIONS):
             cap[d] -= need[d]
         self.assignments.append(Assignment(job=job.key, slot=slot.name, details=dict(details or {})))
 
@@ -271,7 +312,7 @@ def finish_plan(
     unplaced = list(too_big)
     big = {u.job for u in too_big}
     open_slots = state.open_slots()
-    residual = np.array([state.residual[s.name] for s in open_slots], dtype=np.int64).reshape(-1, 4)
+    residual = np.array([state.residual[s.name] for s in open_slots], dtype=np.int64).reshape(-1, N_DIMENSIONS)
     hardware_threads = np.array([s.total.device_threads for s in open_slots], dtype=np.int64)
     memo: dict[Capacity, str] = {}
     for job in jobs:

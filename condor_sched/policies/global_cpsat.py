@@ -57,10 +57,10 @@ TIGHT_HINT_MAX_DEVICES = 500
 def _restricted_supply(pool: JobPool, slots: Sequence[Slot], caps: dict[str, list[int]]) -> dict[dv.Capacity, int]:
     """Per shape, how many of its jobs a model needs: each class cut to the smallest jobs
     the given devices could hold in total."""
-    bound: dict[tuple[int, int, int], int] = {}
+    bound: dict[dv.ShapeClass, int] = {}
     for slot in slots:
         for need, n in pool.candidates(caps[slot.name], slot.total.device_threads):
-            bound[need[1:]] = bound.get(need[1:], 0) + n
+            bound[need.shape_class] = bound.get(need.shape_class, 0) + n
     supply: dict[dv.Capacity, int] = {}
     for ck, members in pool.classes.items():
         left = bound.get(ck, 0)
@@ -91,21 +91,21 @@ def _solve_block(
     for slot in slots:
         cap = caps[slot.name]
         hw = slot.total.device_threads
-        terms: list[list] = [[], [], [], []]
+        terms: list[list] = [[] for _ in range(dv.N_DIMENSIONS)]
         for need, n in supply.items():
-            if need[1] > hw:
+            if need.device_threads > hw:
                 continue
-            ub = min([n] + [cap[d] // need[d] for d in range(4) if need[d] > 0])
+            ub = min([n] + [cap[d] // need[d] for d in range(dv.N_DIMENSIONS) if need[d] > 0])
             if ub <= 0:
                 continue
             var = model.new_int_var(0, ub, "")
             x[need, slot.name] = var
             per_shape.setdefault(need, []).append(var)
-            objective.append((weight + dv.scaled_value(need[1], hw)) * var)
-            for d in range(4):
+            objective.append((weight + dv.scaled_value(need.device_threads, hw)) * var)
+            for d in range(dv.N_DIMENSIONS):
                 if need[d]:
                     terms[d].append(need[d] * var)
-        for d in range(4):
+        for d in range(dv.N_DIMENSIONS):
             if terms[d]:
                 model.add(sum(terms[d]) <= cap[d])
     if not x:
@@ -127,7 +127,7 @@ def _solve_block(
 def _patterns(classes, cap: Sequence[int], hw: int, min_mem: dict, limit: int) -> list[tuple[int, ...]] | None:
     """Every multiset of classes (count per class) that fits ``cap`` in threads, cpus and
     host memory, with each class's smallest job for device memory (an optimistic bound)."""
-    usable = [i for i, ck in enumerate(classes) if ck[0] <= hw]
+    usable = [i for i, ck in enumerate(classes) if ck.device_threads <= hw]
     out: list[tuple[int, ...]] = []
     counts = [0] * len(classes)
 
@@ -138,7 +138,7 @@ def _patterns(classes, cap: Sequence[int], hw: int, min_mem: dict, limit: int) -
             return len(out) <= limit
         i = usable[pos]
         ck = classes[i]
-        need = (min_mem[ck], *ck)
+        need = dv.Capacity(min_mem[ck], *ck)
         k = 0
         while True:
             if not dfs(pos + 1, used):
@@ -152,7 +152,7 @@ def _patterns(classes, cap: Sequence[int], hw: int, min_mem: dict, limit: int) -
         counts[i] = 0
         return True
 
-    return out if dfs(0, [0, 0, 0, 0]) else None
+    return out if dfs(0, [0] * dv.N_DIMENSIONS) else None
 
 
 def _pattern_plan(
@@ -167,7 +167,7 @@ def _pattern_plan(
     if not classes:
         return None
     supply = {ck: sum(len(pool.shapes[n]) for n in pool.classes[ck]) for ck in classes}
-    min_mem = {ck: pool.classes[ck][0][0] for ck in classes}
+    min_mem = {ck: pool.classes[ck][0].device_memory_granules for ck in classes}
     groups: dict[tuple, list[Slot]] = {}
     for s in open_slots:
         groups.setdefault((tuple(caps[s.name]), s.total.device_threads), []).append(s)
@@ -187,7 +187,7 @@ def _pattern_plan(
             y = model.new_int_var(0, len(members), "")
             vars_.append(y)
             chosen.append(((cap, hw), pat, y))
-            gain = sum(k * (weight + dv.scaled_value(ck[0], hw)) for ck, k in zip(classes, pat))
+            gain = sum(k * (weight + dv.scaled_value(ck.device_threads, hw)) for ck, k in zip(classes, pat))
             objective.append(gain * y)
             for ck, k in zip(classes, pat):
                 if k:
@@ -210,10 +210,10 @@ def _pattern_plan(
     for g, members in groups.items():
         pats = sorted(per_group.get(g, []), key=lambda pt: (-sum(pt), pt))
         devs = list(zip(members, pats))
-        mem_left = [caps[slot.name][0] for slot, _ in devs]
+        mem_left = [caps[slot.name][dv.MEMORY] for slot, _ in devs]
         for slot, _ in devs:
             out[slot.name] = []
-        for ci in sorted(range(len(classes)), key=lambda i: -classes[i][0]):
+        for ci in sorted(range(len(classes)), key=lambda i: -classes[i].device_threads):
             slots_left = [pat[ci] for _, pat in devs]
             total = sum(slots_left)
             if not total:
@@ -223,12 +223,12 @@ def _pattern_plan(
             heapq.heapify(heap)
             for job in sorted(pool.take_from_class(classes[ci], total), key=lambda j: -j.request.device_memory_mb):
                 need = dv.demand(job, settings)
-                if not heap or -heap[0][0] < need[0]:
+                if not heap or -heap[0][0] < need.device_memory_granules:
                     pool.shapes[need].appendleft(job)  # left for the greedy pass
                     continue
                 _, i = heapq.heappop(heap)
                 out[devs[i][0].name].append(job)
-                mem_left[i] -= need[0]
+                mem_left[i] -= need.device_memory_granules
                 slots_left[i] -= 1
                 if slots_left[i]:
                     heapq.heappush(heap, (-mem_left[i], i))
@@ -237,7 +237,7 @@ def _pattern_plan(
 
 def _objective(counts: dict[tuple[dv.Capacity, str], int], hw: dict[str, int]) -> tuple[int, int]:
     placed = sum(counts.values())
-    value = sum(n * dv.scaled_value(need[1], hw[name]) for (need, name), n in counts.items())
+    value = sum(n * dv.scaled_value(need.device_threads, hw[name]) for (need, name), n in counts.items())
     return placed, value
 
 

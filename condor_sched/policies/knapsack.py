@@ -195,7 +195,7 @@ class JobPool:
     demand but device memory), smallest memory first, oldest first within a shape."""
 
     shapes: dict[dv.Capacity, deque[Job]] = field(default_factory=dict)
-    classes: dict[tuple[int, int, int], list[dv.Capacity]] = field(default_factory=dict)
+    classes: dict[dv.ShapeClass, list[dv.Capacity]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, jobs: Sequence[Job], settings: PlanSettings) -> JobPool:
@@ -203,9 +203,9 @@ class JobPool:
         for job in jobs:  # already oldest first
             pool.shapes.setdefault(dv.demand(job, settings), deque()).append(job)
         for need in sorted(pool.shapes):
-            pool.classes.setdefault(need[1:], []).append(need)
+            pool.classes.setdefault(need.shape_class, []).append(need)
         for members in pool.classes.values():
-            members.sort(key=lambda n: n[0])
+            members.sort(key=lambda n: n.device_memory_granules)
         return pool
 
     def prune(self) -> None:
@@ -220,38 +220,43 @@ class JobPool:
         """Per class, the smallest jobs that could all be on a device with ``cap`` left."""
         out = []
         for ck, members in self.classes.items():
-            if ck[0] > hardware_threads:
+            if ck.device_threads > hardware_threads:
                 continue
-            k = min([cap[d + 1] // ck[d] for d in range(3) if ck[d] > 0], default=1 << 30)
-            mem_left = cap[0]
+            k = self._class_bound(cap, ck)
+            mem_left = cap[dv.MEMORY]
             for need in members:
-                if k <= 0 or need[0] > mem_left:
+                if k <= 0 or need.device_memory_granules > mem_left:
                     break
                 jobs = self.shapes[need]
                 if not jobs:
                     continue
-                take = min(k, len(jobs), mem_left // need[0])
+                take = min(k, len(jobs), mem_left // need.device_memory_granules)
                 out.append((need, take))
                 k -= take
-                mem_left -= take * need[0]
+                mem_left -= take * need.device_memory_granules
         return out
 
     def all_candidates(self, cap: Sequence[int], hardware_threads: int) -> list[tuple[dv.Capacity, int]]:
         """Every shape that fits ``cap``, each with how many of it could be there."""
         out = []
         for ck, members in self.classes.items():
-            if ck[0] > hardware_threads:
+            if ck.device_threads > hardware_threads:
                 continue
-            k = min([cap[d + 1] // ck[d] for d in range(3) if ck[d] > 0], default=1 << 30)
+            k = self._class_bound(cap, ck)
             for need in members:
-                if need[0] > cap[0]:
+                if need.device_memory_granules > cap[dv.MEMORY]:
                     break
-                take = min(k, len(self.shapes[need]), cap[0] // need[0])
+                take = min(k, len(self.shapes[need]), cap[dv.MEMORY] // need.device_memory_granules)
                 if take:
                     out.append((need, take))
         return out
 
-    def take_from_class(self, ck: tuple[int, int, int], n: int) -> list[Job]:
+    @staticmethod
+    def _class_bound(cap: Sequence[int], ck: dv.ShapeClass) -> int:
+        """How many jobs of class ``ck`` fit ``cap`` in every dimension but device memory."""
+        return min([cap[col] // amount for col, amount in zip(dv.CLASS_COLUMNS, ck) if amount > 0], default=1 << 30)
+
+    def take_from_class(self, ck: dv.ShapeClass, n: int) -> list[Job]:
         """The ``n`` smallest-memory jobs of a class (oldest first within a shape)."""
         out = []
         for need in self.classes[ck]:
@@ -282,15 +287,15 @@ def _solve_device(
 ) -> tuple[list[int], bool]:
     total = sum(c for _, c in cands)
     weight = dv.count_weight(total)
-    profits = [weight + dv.scaled_value(need[1], hardware_threads) for need, _ in cands]
+    profits = [weight + dv.scaled_value(need.device_threads, hardware_threads) for need, _ in cands]
     if tight:  # third criterion: most device memory used (best fit)
-        scale = cap[0] + 1
-        profits = [p * scale + need[0] for p, (need, _) in zip(profits, cands)]
+        scale = cap[dv.MEMORY] + 1
+        profits = [p * scale + need.device_memory_granules for p, (need, _) in zip(profits, cands)]
     if settings.knapsack_solver == "ortools":
         items = [i for i, (_, c) in enumerate(cands) for _ in range(c)]
         chosen, optimal = ortools_01(
             [profits[i] for i in items],
-            [[cands[i][0][d] for i in items] for d in range(4)],
+            [[cands[i][0][d] for i in items] for d in range(dv.N_DIMENSIONS)],
             list(cap),
             settings.solver_time_limit_s,
         )
@@ -335,10 +340,10 @@ def greedy_fill(
             if any(taken):
                 pool.prune()
             continue
-        per_class: dict[tuple[int, int, int], int] = {}
+        per_class: dict[dv.ShapeClass, int] = {}
         for (need, _), t in zip(cands, taken):
             if t:
-                per_class[need[1:]] = per_class.get(need[1:], 0) + t
+                per_class[need.shape_class] = per_class.get(need.shape_class, 0) + t
         for ck, n in per_class.items():
             for job in pool.take_from_class(ck, n):
                 state.assign(job, slot, dv.demand(job, settings))

@@ -33,7 +33,7 @@ class RandomPolicy:
         order = list(rest)
         rng.shuffle(order)
         open_slots = state.open_slots()
-        residual = np.array([state.residual[s.name] for s in open_slots], dtype=np.int64).reshape(-1, 4)
+        residual = np.array([state.residual[s.name] for s in open_slots], dtype=np.int64).reshape(-1, dv.N_DIMENSIONS)
         hardware_threads = np.array([s.total.device_threads for s in open_slots], dtype=np.int64)
         index = {s.name: i for i, s in enumerate(open_slots)}
         dead: set[dv.Capacity] = set()  # shapes no device fits any more (free only shrinks)
@@ -48,7 +48,7 @@ class RandomPolicy:
                     chosen = s
                     break
             if chosen is None:
-                ok = (residual >= np.asarray(need)).all(axis=1) & (hardware_threads >= need[1])
+                ok = (residual >= np.asarray(need)).all(axis=1) & (hardware_threads >= need.device_threads)
                 fitting = np.flatnonzero(ok)
                 if not len(fitting):
                     dead.add(need)

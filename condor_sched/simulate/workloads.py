@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from condor_sched.device_kinds import DEFAULT_KIND
 from condor_sched.model import Job, JobKey, JobStatus, Resources, Skipped
 from condor_sched.profiles import ProfileStore, default_profiles_dir
 from condor_sched.simulate import offload
@@ -77,6 +78,7 @@ class SimJob:
     offloads: int = 10
     procs: int = 0
     alpha: float = 0.9
+    device_kind: str = DEFAULT_KIND
 
     @property
     def is_parallel(self) -> bool:
@@ -111,6 +113,7 @@ class SimJob:
         return tuple(Job(key=k, owner="sim", status=JobStatus.IDLE, request=self.request,
                          submitted_at_s=int(self.arrival_s), program=self.program, spread=self.is_parallel,
                          slowdown_threshold=self.alpha, has_pin_clause=True,
+                         device_kind=None if self.is_parallel else self.device_kind,
                          expected_runtime_s=self.exclusive_runtime_s) for k in self.proc_keys())
 
 

@@ -1,0 +1,124 @@
+"""Device kinds as data: each kind of shared device is one record, and the only place that
+names its HTCondor attributes.
+
+A kind has two dimensions the planners account, memory (MB, always hard: a device never
+holds more) and compute (in the kind's own unit: hardware threads for a Xeon Phi), which
+``thread_overcommit`` may overcommit in what-if plans when the kind allows it. The records
+say how HTCondor sees the kind (the partitionable slot's custom resources ``<memory_attr>``
+and ``<compute_attr>``, which jobs request as ``request_<attr>``, and the slot attribute
+naming the device), how discovery finds a device, and how the node side enforces a share:
+the environment the PREPARE_JOB hook gives the job (templates over ``{compute}``,
+``{cores}``, ``{first_core}``, ``{last_core}``, ``{compute_per_core}``, ``{device}``,
+``{device_index}``) on a core range of ``ceil(compute / compute_per_core)`` cores, and the
+node agent stopping a job over its memory request. The node side gets the record through
+its node config (:meth:`DeviceKind.to_node_json`), written by root, never by a job.
+
+Adding a kind is registering one record (:func:`register_device_kind`); the ClassAd
+readers, the live-pool queries, the planners, the simulator and the hook find it there.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+_ATTR = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,63}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+#: The placeholders an environment template may use (the hook fills them with numbers and
+#: the validated device name).
+TEMPLATE_FIELDS = frozenset({"compute", "cores", "first_core", "last_core", "compute_per_core", "device",
+                             "device_index"})
+
+
+class DeviceKindError(ValueError):
+    """A device kind record that cannot be used, or an unknown kind name."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceKind:
+    """One kind of shared device (module docstring)."""
+
+    name: str
+    memory_attr: str
+    compute_attr: str
+    device_name_attr: str
+    compute_unit: str
+    compute_per_core: int = 1
+    compute_overcommit: bool = False
+    discovery: str = "inventory"
+    environment: tuple[tuple[str, str], ...] = ()
+    stop_over_memory: bool = True
+
+    def __post_init__(self) -> None:
+        if not re.match(r"^[a-z][a-z0-9-]{0,31}$", self.name):
+            raise DeviceKindError(f"device kind name {self.name!r}: use [a-z][a-z0-9-]*")
+        for attr in (self.memory_attr, self.compute_attr, self.device_name_attr):
+            if not _ATTR.match(attr):
+                raise DeviceKindError(f"device kind {self.name}: {attr!r} is not a ClassAd attribute name")
+        if self.compute_per_core < 1:
+            raise DeviceKindError(f"device kind {self.name}: compute_per_core must be >= 1")
+        for env, template in self.environment:
+            fields = set(re.findall(r"{(\w*)}", template))
+            if not _ENV_NAME.match(env) or not fields <= TEMPLATE_FIELDS:
+                raise DeviceKindError(f"device kind {self.name}: environment {env}={template!r} "
+                                      f"(names [A-Za-z_][A-Za-z0-9_]*, fields {sorted(TEMPLATE_FIELDS)})")
+
+    @property
+    def request_memory_attr(self) -> str:
+        return f"Request{self.memory_attr}"
+
+    @property
+    def request_compute_attr(self) -> str:
+        return f"Request{self.compute_attr}"
+
+    def to_node_json(self) -> dict[str, Any]:
+        """The record as the node config carries it to the execute node's hooks."""
+        return {"name": self.name, "memory_attr": self.memory_attr, "compute_attr": self.compute_attr,
+                "device_name_attr": self.device_name_attr, "compute_per_core": self.compute_per_core,
+                "discovery": self.discovery, "environment": [list(e) for e in self.environment],
+                "stop_over_memory": self.stop_over_memory}
+
+
+#: Intel Xeon Phi (paper 002): device memory and hardware threads (4 a core), offloads
+#: capped and placed on a core range through Intel's OpenMP variables, found by ``micinfo``.
+#: Threads may be overcommitted in what-if plans (COSMIC serialises offloads, Section IV-D2).
+PHI = DeviceKind(
+    name="phi", memory_attr="PhiMemory", compute_attr="PhiThreads", device_name_attr="PhiDeviceName",
+    compute_unit="hardware threads", compute_per_core=4, compute_overcommit=True, discovery="micinfo",
+    environment=(("OMP_NUM_THREADS", "{compute}"), ("MIC_ENV_PREFIX", "MIC"), ("MIC_OMP_NUM_THREADS", "{compute}"),
+                 ("MIC_KMP_PLACE_THREADS", "{cores}c,{compute_per_core}t,{first_core}o"),
+                 ("MIC_KMP_AFFINITY", "granularity=fine,compact"), ("COSCHED_DEVICE", "{device}"),
+                 ("COSCHED_DEVICE_CORES", "{first_core}-{last_core}"), ("OFFLOAD_DEVICES", "{device_index}")))
+
+_KINDS: dict[str, DeviceKind] = {}
+
+
+def register_device_kind(kind: DeviceKind) -> DeviceKind:
+    """Make ``kind`` known everywhere; its attribute names must not clash with another kind's."""
+    for other in _KINDS.values():
+        if other.name == kind.name:
+            raise DeviceKindError(f"device kind {kind.name!r} registered twice")
+        if {other.memory_attr, other.compute_attr} & {kind.memory_attr, kind.compute_attr}:
+            raise DeviceKindError(f"device kind {kind.name!r} reuses the attributes of {other.name!r}")
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def unregister_device_kind(name: str) -> None:
+    """Forget a kind (tests that register a dummy one)."""
+    _KINDS.pop(name, None)
+
+
+def device_kinds() -> tuple[DeviceKind, ...]:
+    """Every registered kind, the first registered (Xeon Phi) first."""
+    return tuple(_KINDS.values())
+
+
+def device_kind(name: str) -> DeviceKind:
+    try:
+        return _KINDS[name]
+    except KeyError:
+        raise DeviceKindError(f"unknown device kind {name!r}; known: {', '.join(_KINDS)}") from None
+
+
+DEFAULT_KIND = register_device_kind(PHI).name
