@@ -267,10 +267,16 @@ def _with_totals(slot_ad: classad2.ClassAd) -> classad2.ClassAd:
 
 
 def _own_references(ad: classad2.ClassAd, expr: classad2.ExprTree) -> list[str]:
-    """The job attributes ``expr`` reads (unqualified or ``MY.``), pin attributes aside."""
+    """The attributes ``expr`` may read from a job ad: ``MY.`` ones and every unqualified one
+    (HTCondor looks those up in the job first), pin attributes aside. Independent of which of
+    them ``ad`` has, so it can be kept per expression."""
     refs = set(ad.internalRefs(expr))
-    refs |= {r[3:] for r in ad.externalRefs(expr) if r.lower().startswith("my.")}
-    return sorted(r for r in refs if r.lower() != PIN_SLOT_ATTR.lower() and r in ad)
+    for ref in ad.externalRefs(expr):
+        if ref.lower().startswith("my."):
+            refs.add(ref[3:])
+        elif "." not in ref:
+            refs.add(ref)
+    return sorted(r for r in refs if r.lower() != PIN_SLOT_ATTR.lower())
 
 
 def eligible_slots(jobs: Iterable[tuple[Job, classad2.ClassAd]],
@@ -282,14 +288,18 @@ def eligible_slots(jobs: Iterable[tuple[Job, classad2.ClassAd]],
     targets = [(ad.get("Name"), _with_totals(ad)) for ad in slot_ads if _eval_quietly(ad, "PartitionableSlot")]
     every = frozenset(name for name, _ in targets)
     memo: dict[tuple, frozenset[str]] = {}
+    references: dict[str, list[str]] = {}
     out: dict[JobKey, frozenset[str]] = {}
     for job, ad in jobs:
         original = ad.lookup(PIN_ORIGINAL_ATTR) if PIN_ORIGINAL_ATTR in ad else None
         requirements = original if original is not None else ad.lookup("Requirements") if "Requirements" in ad else None
         if requirements is None:
             continue
-        refs = _own_references(ad, requirements)
-        key = (str(requirements), tuple((r, str(ad.lookup(r))) for r in refs))
+        text = str(requirements)
+        if text not in references:
+            references[text] = _own_references(ad, requirements)
+        refs = [r for r in references[text] if r in ad]
+        key = (text, tuple((r, str(ad.lookup(r))) for r in refs))
         if key not in memo:
             probe = classad2.ClassAd()
             for r in refs:

@@ -199,20 +199,6 @@ class Plan:
     unplaced: tuple[Unplaced, ...] = ()
     stats: Mapping[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        """The documented ``plan --json`` object."""
-        return {
-            "policy": self.policy,
-            "assignments": [
-                {"job": a.job.job_id, "schedd": a.job.schedd, "slot": a.slot, **dict(a.details)}
-                for a in self.assignments
-            ],
-            "unplaced": [
-                {"job": u.job.job_id, "schedd": u.job.schedd, "reason": u.reason} for u in self.unplaced
-            ],
-            "stats": dict(self.stats),
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class NodeMeasurements:

@@ -103,3 +103,11 @@ def test_plan_honours_requirements_in_a_snapshot(tmp_path):
     placed = {a["job"]: a["slot"] for a in out["assignments"]}
     assert any(j in placed for j in restricted) and any(j not in restricted for j in placed)
     assert all("@node3@" in placed[j] for j in restricted if j in placed)
+
+
+def test_jobs_with_the_same_requirements_text_are_judged_on_their_own_attributes():
+    # The first job lacks NeedCpus (undefined: no slot); the second has it: every slot (4 cpus each).
+    lacking, having = job_ad(0, "TARGET.Cpus >= NeedCpus"), job_ad(1, "TARGET.Cpus >= NeedCpus")
+    having["NeedCpus"] = 2
+    out = eligible(lacking, having)
+    assert out[JobKey("s", 1, 0)] == frozenset() and JobKey("s", 1, 1) not in out
