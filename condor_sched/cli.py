@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import sys
 from pathlib import Path
 
@@ -112,17 +111,6 @@ def plan(queue: Path, machines: Path, policy: str, granularity_mb: int, solver: 
         click.echo(report.plan_text(state, result))
 
 
-def _log_to_file_from_knob() -> None:
-    """Under a condor_master nobody reads stderr: log to COSCHED_LOG when it is set."""
-    import htcondor2
-
-    path = htcondor2.param.get("COSCHED_LOG")
-    if path:
-        handler = logging.FileHandler(path)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logging.getLogger().addHandler(handler)
-
-
 def _profiles(directory: str | Path | None):
     """The profile store of ``directory`` (default examples/profiles); bad files are logged."""
     from condor_sched.profiles import ProfileError, ProfileStore, default_profiles_dir
@@ -161,36 +149,55 @@ def snapshot(outdir: Path) -> None:
 def run(once: bool, dry_run: bool, policy: str | None) -> None:
     """Run the sidecar: once per negotiation cycle, plan idle co-scheduled jobs and pin them.
 
-    Settings are HTCondor knobs COSCHED_* (config.d/50-cosched-sidecar.conf).
+    Settings are HTCondor knobs COSCHED_* (config.d/50-cosched-sidecar.conf). Without --once
+    it is a daemon for a condor_master: it advertises a CoSchedSidecar ad after each cycle,
+    re-reads its knobs on SIGHUP (condor_reconfig) and stops on SIGTERM (condor_off).
     Example: condor-sched run --once --dry-run
     """
     from dataclasses import replace
 
-    from condor_sched import pool
+    from condor_sched import daemon, pool
     from condor_sched.settings import settings_from_htcondor
     from condor_sched.sidecar import Sidecar
 
-    _log_to_file_from_knob()
-    try:
+    sidecars: list[Sidecar] = []
+
+    def configure() -> daemon.CycleConfig:
         settings = settings_from_htcondor()
         if policy:
             settings = replace(settings, policy=policy)
         chosen = get_policy(settings.policy)
-    except (SettingsError, PolicyError) as e:
+        spread = None if settings.spread_policy == "none" else get_policy(settings.spread_policy)
+        sidecar = Sidecar(settings, chosen, pool.read_state, None if dry_run else pool.JobEditor(),
+                          pool.last_negotiation_cycle_end, spread, {"profiles": _profiles(settings.profile_dir)})
+        if sidecars:  # a reconfig keeps the cycle count and when each job was first seen (aging)
+            sidecar.cycle, sidecar.first_seen = sidecars[-1].cycle, sidecars[-1].first_seen
+        sidecars[:] = [sidecar]
+        return daemon.CycleConfig(
+            run_cycle=lambda: _cycle_numbers(sidecar.run_cycle()), interval_s=settings.interval_s,
+            cycle_end=pool.last_negotiation_cycle_end if settings.cycle_source == "negotiator" else None,
+            describe={"Policy": settings.policy, "SpreadPolicy": settings.spread_policy,
+                      "CycleSource": settings.cycle_source, "DryRun": dry_run})
+
+    try:
+        if once:
+            daemon.log_to_cosched_log()
+            configure().run_cycle()
+            return
+        sidecar_daemon = daemon.SidecarDaemon(configure)
+        sidecar_daemon.install_signal_handlers()
+        sidecar_daemon.serve()
+    except (SettingsError, PolicyError, daemon.DaemonConfigError) as e:
         raise UsageFailure(str(e)) from None
-    spread = None if settings.spread_policy == "none" else get_policy(settings.spread_policy)
-    sidecar = Sidecar(settings, chosen, pool.read_state, None if dry_run else pool.JobEditor(),
-                      pool.last_negotiation_cycle_end, spread, {"profiles": _profiles(settings.profile_dir)})
-    if once:
-        try:
-            sidecar.run_cycle()
-        except pool.PoolUnreachable as e:
-            raise click.ClickException(str(e)) from None
-        return
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    signal.signal(signal.SIGQUIT, lambda *_: stopping.append(True))
-    sidecar.run_forever(stop=lambda: bool(stopping))
+    except pool.PoolUnreachable as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _cycle_numbers(decision) -> dict[str, int]:
+    """A sidecar cycle's numbers for its daemon ad (CoSched<key>)."""
+    return {"Cycle": decision.cycle, "IdleJobs": decision.seen, "PinsKept": decision.kept,
+            "Pinned": len(decision.pins), "Unpinned": len(decision.unpins), "Unplaced": decision.unplaced,
+            "Skipped": len(decision.skipped)}
 
 
 @main.group()
