@@ -213,13 +213,18 @@ def pool() -> None:
               help="Node inventory YAML (default: examples/pools/default.yaml).")
 @click.option("--workdir", type=click.Path(path_type=Path), default=None,
               help="Shared job directory, the same path inside and outside the pool.")
-def pool_up(inventory: Path | None, workdir: Path | None) -> None:
-    """Build (once, cached) and start the pool: one startd per inventory node."""
+@click.option("--sidecar", is_flag=True,
+              help="Also run the sidecar as a daemon of the pool's master (config.d/50-cosched-sidecar.conf).")
+def pool_up(inventory: Path | None, workdir: Path | None, sidecar: bool) -> None:
+    """Build (once, cached) and start the pool: one startd per inventory node.
+
+    Example: sudo condor-sched pool up --sidecar
+    """
     from condor_sched import localpool
     from condor_sched.inventory import InventoryError
 
     try:
-        info = localpool.up(inventory, workdir)
+        info = localpool.up(inventory, workdir, sidecar=sidecar)
     except (localpool.PoolError, InventoryError) as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"pool up: {len(info.slot_names)} partitionable slots on {len(info.nodes)} nodes; "

@@ -111,10 +111,7 @@ def build_root(root: Path, user: str, uid: int, mirror: str | None = None) -> No
     run(["debootstrap", "--variant=minbase", "sid", str(tmp), mirror], timeout_s=1800)
     mount_root(tmp)
     try:
-        in_chroot(tmp, ["apt-get", "-o", "Acquire::Check-Valid-Until=false", "update"], timeout_s=900)
-        run(["env", "-i", *[f"{k}={v}" for k, v in CLEAN_ENV.items()], "DEBIAN_FRONTEND=noninteractive",
-             "chroot", str(tmp), "apt-get", "install", "-y", "--no-install-recommends", *PACKAGES],
-            timeout_s=1800)
+        apt_install(tmp, PACKAGES)
         ensure_user(tmp, user, uid)
         in_chroot(tmp, ["apt-get", "clean"], check=False)
     finally:
@@ -122,6 +119,69 @@ def build_root(root: Path, user: str, uid: int, mirror: str | None = None) -> No
         unmount_all(tmp)
     (tmp / ".cosched-complete").write_text("minicondor " + " ".join(PACKAGES) + "\n")
     tmp.rename(root)
+
+
+def apt_install(root: Path, packages: Sequence[str]) -> None:
+    """Install Debian ``packages`` in the chroot (mounted), after refreshing its stale lists."""
+    in_chroot(root, ["apt-get", "-o", "Acquire::Check-Valid-Until=false", "update"], timeout_s=900)
+    run(["env", "-i", *[f"{k}={v}" for k, v in CLEAN_ENV.items()], "DEBIAN_FRONTEND=noninteractive",
+         "chroot", str(root), "apt-get", "install", "-y", "--no-install-recommends", *packages], timeout_s=1800)
+
+
+#: Bump to rebuild every cached venv (e.g. when the steps below change).
+VENV_STEP_VERSION = 1
+VENV_STAMP = ".cosched-venv"
+HOST_CA_SOURCE = "/etc/ssl/certs/ca-certificates.crt"
+HOST_CA_BUNDLE = "/tmp/cosched-host-ca-certificates.crt"
+
+
+def venv_stamp(requirements: Sequence[str], path_dirs: Sequence[str]) -> str:
+    """What a venv was built from; a cached venv with another stamp is rebuilt."""
+    return "\n".join([f"step {VENV_STEP_VERSION}", *[f"requires {r}" for r in requirements],
+                      *[f"path {d}" for d in path_dirs], ""])
+
+
+def ensure_venv(root: Path, venv: str, requirements: Sequence[str], path_dirs: Sequence[str],
+                scripts: dict[str, str]) -> bool:
+    """Build a venv at ``venv`` (a path inside ``root``) with the chroot's python3 and pip
+    ``requirements`` from PyPI, put ``path_dirs`` on its path, write ``scripts`` (name ->
+    text) into its bin/; skipped when the venv's stamp says it was built the same way.
+
+    Idempotent, and safe on a cache built before this step existed. Returns whether it built.
+    """
+    target = root / venv.lstrip("/")
+    stamp = venv_stamp(requirements, path_dirs)
+    if (target / VENV_STAMP).is_file() and (target / VENV_STAMP).read_text() == stamp:
+        return False
+    if processes_in(root):
+        raise PoolError(f"the pool in {root} is running; stop it (pool down) before building its venv")
+    log.info("building the sidecar venv %s in %s (pip: %s)", venv, root, " ".join(requirements))
+    shutil.rmtree(target, ignore_errors=True)
+    # pip in the chroot reaches PyPI as the host does: its resolver and its CA bundle (a proxy's CA).
+    if Path("/etc/resolv.conf").is_file():
+        shutil.copyfile("/etc/resolv.conf", root / "etc/resolv.conf")
+    host_ca = root / HOST_CA_BUNDLE.lstrip("/")
+    shutil.copyfile(HOST_CA_SOURCE, host_ca)
+    mount_root(root)
+    try:
+        apt_install(root, ["python3-venv"])
+        in_chroot(root, ["python3", "-m", "venv", venv])
+        in_chroot(root, [f"{venv}/bin/pip", "install", "--no-cache-dir", "--disable-pip-version-check",
+                         "--quiet", "--root-user-action=ignore", "--cert", HOST_CA_BUNDLE, *requirements],
+                  timeout_s=1800)
+        purelib = in_chroot(root, [f"{venv}/bin/python3", "-c",
+                                   "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip()
+        (root / purelib.lstrip("/") / "condor_sched.pth").write_text("".join(f"{d}\n" for d in path_dirs))
+        for name, text in scripts.items():
+            (target / "bin" / name).write_text(text)
+            (target / "bin" / name).chmod(0o755)
+        in_chroot(root, ["apt-get", "clean"], check=False)
+    finally:
+        host_ca.unlink(missing_ok=True)
+        stop_processes(root)
+        unmount_all(root)
+    (target / VENV_STAMP).write_text(stamp)
+    return True
 
 
 def _remove_tree(path: Path) -> None:
