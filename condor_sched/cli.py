@@ -157,7 +157,7 @@ def run(once: bool, dry_run: bool, policy: str | None) -> None:
     from dataclasses import replace
 
     from condor_sched import daemon, pool
-    from condor_sched.settings import settings_from_htcondor
+    from condor_sched.settings import SettingsError, settings_from_htcondor
     from condor_sched.sidecar import Sidecar
 
     sidecars: list[Sidecar] = []
@@ -187,7 +187,7 @@ def run(once: bool, dry_run: bool, policy: str | None) -> None:
         sidecar_daemon = daemon.SidecarDaemon(configure)
         sidecar_daemon.install_signal_handlers()
         sidecar_daemon.serve()
-    except (SettingsError, PolicyError, daemon.DaemonConfigError) as e:
+    except (SettingsError, PolicyError) as e:
         raise UsageFailure(str(e)) from None
     except pool.PoolUnreachable as e:
         raise click.ClickException(str(e)) from None

@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping
 import classad2
 
 from condor_sched import __version__
+from condor_sched.settings import SettingsError
 
 log = logging.getLogger("condor_sched.daemon")
 
@@ -43,10 +44,6 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: Numbers every ad carries, 0 until a cycle reports them.
 REQUIRED_NUMBERS = ("IdleJobs", "Pinned", "Unplaced")
 _ATTR_SUFFIX = re.compile(r"^[A-Z][A-Za-z0-9]*$")
-
-
-class DaemonConfigError(ValueError):
-    """A daemon knob (COSCHED_LOG, MAX_COSCHED_LOG, COSCHED_NAME) that cannot be used."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +64,9 @@ class DaemonKnobs:
         try:
             max_log_bytes = int(raw_max) if raw_max else DEFAULT_MAX_LOG_BYTES
         except ValueError:
-            raise DaemonConfigError(f"MAX_COSCHED_LOG = {raw_max!r} is not a number of bytes") from None
+            raise SettingsError(f"MAX_COSCHED_LOG = {raw_max!r} is not a number of bytes") from None
         if max_log_bytes < 0:
-            raise DaemonConfigError(f"MAX_COSCHED_LOG = {raw_max!r} must be 0 (unbounded) or positive")
+            raise SettingsError(f"MAX_COSCHED_LOG = {raw_max!r} must be 0 (unbounded) or positive")
         return cls(name=str(param.get("COSCHED_NAME") or "").strip() or f"cosched@{machine}",
                    machine=machine, log_path=str(param.get("COSCHED_LOG") or "").strip(),
                    max_log_bytes=max_log_bytes)
@@ -94,7 +91,10 @@ class LogFile:
         self._knobs = (log_path, max_log_bytes)
         if not log_path:
             return
-        handler = logging.handlers.RotatingFileHandler(log_path, maxBytes=max_log_bytes, backupCount=1)
+        try:
+            handler = logging.handlers.RotatingFileHandler(log_path, maxBytes=max_log_bytes, backupCount=1)
+        except OSError as e:
+            raise SettingsError(f"COSCHED_LOG = {log_path}: {e.strerror or e}") from None
         handler.namer = _old_log_name
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
         logging.getLogger().addHandler(handler)
@@ -284,7 +284,6 @@ class SidecarDaemon:
 
     def serve(self) -> None:
         """Cycle until asked to stop, then invalidate the ad."""
-        self.log_file.apply(self.knobs.log_path, self.knobs.max_log_bytes)
         try:
             self._load()
         except Exception as e:

@@ -12,8 +12,8 @@ import htcondor2
 import pytest
 
 from condor_sched import daemon
-from condor_sched.daemon import CycleConfig, DaemonConfigError, DaemonKnobs, DaemonStatus, SidecarDaemon
-from condor_sched.settings import settings_from_htcondor
+from condor_sched.daemon import CycleConfig, DaemonKnobs, DaemonStatus, SidecarDaemon
+from condor_sched.settings import SettingsError, settings_from_htcondor
 
 KNOBS = DaemonKnobs(name="cosched@cm.example.org", machine="cm.example.org")
 
@@ -63,7 +63,7 @@ def test_knobs_default_to_the_host_name_and_htcondors_log_bound():
 
 @pytest.mark.parametrize("value", ["10 MB", "-1"])
 def test_a_bad_log_bound_names_the_knob(value):
-    with pytest.raises(DaemonConfigError, match="MAX_COSCHED_LOG"):
+    with pytest.raises(SettingsError, match="MAX_COSCHED_LOG"):
         DaemonKnobs.from_param({"MAX_COSCHED_LOG": value})
 
 
@@ -226,3 +226,8 @@ def test_log_file_follows_the_knobs(tmp_path: Path):
     assert log_file.handler is first
     log_file.apply("", 100)
     assert log_file.handler is None and first not in logging.getLogger().handlers
+
+
+def test_an_unwritable_log_names_the_knob(tmp_path):
+    with pytest.raises(SettingsError, match="COSCHED_LOG"):
+        daemon.LogFile().apply(str(tmp_path / "missing-dir" / "CoSchedLog"), 100)
