@@ -223,7 +223,7 @@ def up(inventory_path: str | Path | None = None, workdir: str | Path | None = No
     """Start the pool for ``inventory_path`` (default: the example inventory); with
     ``sidecar``, its master also runs the sidecar daemon (see :func:`set_sidecar`).
 
-    Builds the chroot on first use (about two minutes), restarts a cached one in seconds.
+    Builds the chroot on first use (about a minute), restarts a cached one in seconds.
     A pool that is already up is stopped first. Needs root.
     """
     require_root("up")
