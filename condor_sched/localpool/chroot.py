@@ -5,6 +5,7 @@ what the pool's configuration says lives in :mod:`condor_sched.localpool.config`
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -14,7 +15,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -135,14 +136,16 @@ HOST_CA_SOURCE = "/etc/ssl/certs/ca-certificates.crt"
 HOST_CA_BUNDLE = "/tmp/cosched-host-ca-certificates.crt"
 
 
-def venv_stamp(requirements: Sequence[str], path_dirs: Sequence[str]) -> str:
+def venv_stamp(requirements: Sequence[str], path_dirs: Sequence[str], scripts: Mapping[str, str]) -> str:
     """What a venv was built from; a cached venv with another stamp is rebuilt."""
     return "\n".join([f"step {VENV_STEP_VERSION}", *[f"requires {r}" for r in requirements],
-                      *[f"path {d}" for d in path_dirs], ""])
+                      *[f"path {d}" for d in path_dirs],
+                      *[f"script {name} {hashlib.sha256(text.encode()).hexdigest()}"
+                        for name, text in sorted(scripts.items())], ""])
 
 
 def ensure_venv(root: Path, venv: str, requirements: Sequence[str], path_dirs: Sequence[str],
-                scripts: dict[str, str]) -> bool:
+                scripts: Mapping[str, str]) -> bool:
     """Build a venv at ``venv`` (a path inside ``root``) with the chroot's python3 and pip
     ``requirements`` from PyPI, put ``path_dirs`` on its path, write ``scripts`` (name ->
     text) into its bin/; skipped when the venv's stamp says it was built the same way.
@@ -150,7 +153,7 @@ def ensure_venv(root: Path, venv: str, requirements: Sequence[str], path_dirs: S
     Idempotent, and safe on a cache built before this step existed. Returns whether it built.
     """
     target = root / venv.lstrip("/")
-    stamp = venv_stamp(requirements, path_dirs)
+    stamp = venv_stamp(requirements, path_dirs, scripts)
     if (target / VENV_STAMP).is_file() and (target / VENV_STAMP).read_text() == stamp:
         return False
     if processes_in(root):
@@ -161,13 +164,16 @@ def ensure_venv(root: Path, venv: str, requirements: Sequence[str], path_dirs: S
     if Path("/etc/resolv.conf").is_file():
         shutil.copyfile("/etc/resolv.conf", root / "etc/resolv.conf")
     host_ca = root / HOST_CA_BUNDLE.lstrip("/")
-    shutil.copyfile(HOST_CA_SOURCE, host_ca)
+    cert_args = []
+    if Path(HOST_CA_SOURCE).is_file():
+        shutil.copyfile(HOST_CA_SOURCE, host_ca)
+        cert_args = ["--cert", HOST_CA_BUNDLE]
     mount_root(root)
     try:
         apt_install(root, ["python3-venv"])
         in_chroot(root, ["python3", "-m", "venv", venv])
         in_chroot(root, [f"{venv}/bin/pip", "install", "--no-cache-dir", "--disable-pip-version-check",
-                         "--quiet", "--root-user-action=ignore", "--cert", HOST_CA_BUNDLE, *requirements],
+                         "--quiet", "--root-user-action=ignore", *cert_args, *requirements],
                   timeout_s=1800)
         purelib = in_chroot(root, [f"{venv}/bin/python3", "-c",
                                    "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip()

@@ -267,11 +267,13 @@ def test_sidecar_venv_installs_the_projects_requirements_with_the_pools_htcondor
 def test_a_venv_built_the_same_way_is_kept_and_another_is_rebuilt(tmp_path):
     venv = tmp_path / "opt/condor_sched/venv"
     venv.mkdir(parents=True)
-    stamp = chroot.venv_stamp(["htcondor==25.14.1"], ["/opt/condor_sched/src"])
+    scripts = {"condor-sched": config.render_sidecar_launcher()}
+    stamp = chroot.venv_stamp(["htcondor==25.14.1"], ["/opt/condor_sched/src"], scripts)
     (venv / chroot.VENV_STAMP).write_text(stamp)
     assert chroot.ensure_venv(tmp_path, "/opt/condor_sched/venv", ["htcondor==25.14.1"],
-                              ["/opt/condor_sched/src"], {}) is False
-    assert chroot.venv_stamp(["htcondor==25.14.2"], ["/opt/condor_sched/src"]) != stamp
+                              ["/opt/condor_sched/src"], scripts) is False
+    assert chroot.venv_stamp(["htcondor==25.14.2"], ["/opt/condor_sched/src"], scripts) != stamp
+    assert chroot.venv_stamp(["htcondor==25.14.1"], ["/opt/condor_sched/src"], {"condor-sched": "#!"}) != stamp
     assert f"step {chroot.VENV_STEP_VERSION}" in stamp
 
 
