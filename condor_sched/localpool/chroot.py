@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 #: The only environment daemons and tools in the chroot see (host variables must not leak).
 CLEAN_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
-PACKAGES = ("minicondor", "python3")
+PACKAGES = ("minicondor", "python3", "python3-venv")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
 
@@ -170,7 +170,8 @@ def ensure_venv(root: Path, venv: str, requirements: Sequence[str], path_dirs: S
         cert_args = ["--cert", HOST_CA_BUNDLE]
     mount_root(root)
     try:
-        apt_install(root, ["python3-venv"])
+        if in_chroot(root, ["python3", "-c", "import ensurepip"], check=False).returncode != 0:
+            apt_install(root, ["python3-venv"])  # a root built before python3-venv was in PACKAGES
         in_chroot(root, ["python3", "-m", "venv", venv])
         in_chroot(root, [f"{venv}/bin/pip", "install", "--no-cache-dir", "--disable-pip-version-check",
                          "--quiet", "--root-user-action=ignore", *cert_args, *requirements],
