@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import sys
 from pathlib import Path
 
@@ -123,17 +122,6 @@ def plan(queue: Path, machines: Path, policy: str, spread_policy: str, granulari
         click.echo(report.decision_text(state, decision))
 
 
-def _log_to_file_from_knob() -> None:
-    """Under a condor_master nobody reads stderr: log to COSCHED_LOG when it is set."""
-    import htcondor2
-
-    path = htcondor2.param.get("COSCHED_LOG")
-    if path:
-        handler = logging.FileHandler(path)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logging.getLogger().addHandler(handler)
-
-
 def _profiles(directory: str | Path | None):
     """The profile store of ``directory`` (default: the shipped examples/profiles); bad files are logged."""
     from condor_sched.profiles import ProfileError, ProfileStore, default_profiles_dir
@@ -172,34 +160,46 @@ def snapshot(outdir: Path) -> None:
 def run(once: bool, dry_run: bool, policy: str | None) -> None:
     """Run the sidecar: once per negotiation cycle, plan idle co-scheduled jobs and pin them.
 
-    Settings are HTCondor knobs COSCHED_* (config.d/50-cosched-sidecar.conf).
+    Settings are HTCondor knobs COSCHED_* (config.d/50-cosched-sidecar.conf). Without --once
+    it is a daemon for a condor_master: it advertises a CoSchedSidecar ad after each cycle,
+    re-reads its knobs on SIGHUP (condor_reconfig) and stops on SIGTERM (condor_off).
     Example: condor-sched run --once --dry-run
     """
-    from condor_sched import pool
+    from condor_sched import daemon, pool
     from condor_sched.cycle import CycleConfig
     from condor_sched.settings import settings_from_htcondor
     from condor_sched.sidecar import Sidecar
 
-    _log_to_file_from_knob()
-    try:
+    sidecars: list[Sidecar] = []
+
+    def configure() -> daemon.DaemonCycle:
         settings = settings_from_htcondor()
         config = CycleConfig.from_settings(settings, _profiles(settings.profile_dir))
         if policy:
             config = config.with_policy(policy)
+        sidecar = Sidecar(settings, config, pool.read_state, None if dry_run else pool.JobEditor())
+        if sidecars:  # a reconfig keeps the cycle count and when each job was first seen (aging)
+            sidecar.memory = sidecars[-1].memory
+        sidecars[:] = [sidecar]
+        spread = config.spread_policy.name if config.spread_policy else "none"
+        return daemon.DaemonCycle(
+            run_cycle=lambda: sidecar.run_cycle().numbers(), interval_s=settings.interval_s,
+            cycle_end=pool.last_negotiation_cycle_end if settings.cycle_source == "negotiator" else None,
+            describe={"Policy": config.device_policy.name, "SpreadPolicy": spread,
+                      "CycleSource": settings.cycle_source, "DryRun": dry_run})
+
+    try:
+        if once:
+            daemon.log_to_cosched_log()
+            configure().run_cycle()
+            return
+        sidecar_daemon = daemon.SidecarDaemon(configure)
+        sidecar_daemon.install_signal_handlers()
+        sidecar_daemon.serve()
     except (SettingsError, PolicyError) as e:
         raise UsageFailure(str(e)) from None
-    sidecar = Sidecar(settings, config, pool.read_state, None if dry_run else pool.JobEditor(),
-                      pool.last_negotiation_cycle_end)
-    if once:
-        try:
-            sidecar.run_cycle()
-        except pool.PoolUnreachable as e:
-            raise click.ClickException(str(e)) from None
-        return
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    signal.signal(signal.SIGQUIT, lambda *_: stopping.append(True))
-    sidecar.run_forever(stop=lambda: bool(stopping))
+    except pool.PoolUnreachable as e:
+        raise click.ClickException(str(e)) from None
 
 
 @main.command("install-node")
@@ -268,14 +268,20 @@ def pool() -> None:
               help="Node inventory YAML (default: examples/pools/default.yaml).")
 @click.option("--workdir", type=click.Path(path_type=Path), default=None,
               help="Shared job directory, the same path inside and outside the pool.")
-def pool_up(inventory: Path | None, workdir: Path | None) -> None:
-    """Build (once, cached) and start the pool: one startd per inventory node."""
+@click.option("--sidecar", is_flag=True,
+              help="Also run the sidecar as a daemon of the pool's master (config.d/50-cosched-sidecar.conf).")
+def pool_up(inventory: Path | None, workdir: Path | None, sidecar: bool) -> None:
+    """Build (once, cached) and start the pool: one startd per inventory node.
+
+    Example: sudo condor-sched pool up --sidecar
+    """
     from condor_sched import localpool
     from condor_sched.inventory import InventoryError
+    from condor_sched.resources import ResourceMissing
 
     try:
-        info = localpool.up(inventory, workdir)
-    except (localpool.PoolError, InventoryError) as e:
+        info = localpool.up(inventory, workdir, sidecar=sidecar)
+    except (localpool.PoolError, InventoryError, ResourceMissing) as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"pool up: {len(info.slot_names)} partitionable slots on {len(info.nodes)} nodes; "
                f"shared workdir {info.workdir}")

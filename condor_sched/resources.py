@@ -56,3 +56,13 @@ def node_hooks_dir() -> Path:
 def config_d_dir() -> Path:
     """The HTCondor config snippets an admin drops in (``config.d/``)."""
     return data_path("config.d")
+
+
+def source_checkout() -> Path:
+    """The source checkout this package runs from (the directory with ``setup.cfg`` above
+    ``condor_sched/``): the local pool's chroot runs its sidecar from it."""
+    root = Path(files("condor_sched")).resolve().parent  # type: ignore[arg-type]
+    if not (root / "setup.cfg").is_file():
+        raise ResourceMissing(f"{root} is not a source checkout of condor_sched: the local pool "
+                              "(condor-sched pool up) runs from a clone, e.g. pip install -e .")
+    return root

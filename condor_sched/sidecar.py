@@ -82,16 +82,33 @@ def apply_cycle(decision: CycleDecision, editor: Editor) -> CycleOutcome:
     return outcome
 
 
+@dataclass(frozen=True, slots=True)
+class SidecarCycle:
+    """What one live cycle decided and what its edits did."""
+
+    decision: CycleDecision
+    outcome: CycleOutcome
+    seconds: float
+
+    def numbers(self) -> dict[str, int]:
+        """The cycle's numbers for the sidecar's daemon ad (``CoSched<key>``): pins counted
+        as edits that succeeded (a dry run edits nothing)."""
+        d = self.decision
+        return {"Cycle": d.cycle, "IdleJobs": d.seen, "PinsKept": len(d.kept), "Pinned": self.outcome.pinned,
+                "Unpinned": self.outcome.unpinned, "Unplaced": len(d.unplaced), "Skipped": len(d.skipped),
+                "FailedEdits": len(self.outcome.failed)}
+
+
 class Sidecar:
-    """The loop around read -> decide -> apply -> log; it keeps the cycles' memory."""
+    """read -> decide -> apply -> log, one cycle per call; it keeps the cycles' memory (the
+    daemon loop around it is ``condor_sched.daemon``)."""
 
     def __init__(self, settings: SidecarSettings, config: CycleConfig, read_state: Callable[[], PoolState],
-                 editor: Editor | None, cycle_end: Callable[[], int | None] | None = None) -> None:
+                 editor: Editor | None) -> None:
         self.settings = settings
         self.config = config
         self.read_state = read_state
         self.editor = editor  # None: dry run
-        self.cycle_end = cycle_end
         self.memory: CycleMemory | None = None  # None until the first cycle reads the pool
 
     def _with_exploration(self, state: PoolState) -> PoolState:
@@ -104,7 +121,7 @@ class Sidecar:
                    if covered(j) and j.wants_spread and (store is None or j.program not in store)}
         return replace(state, exploration_scales=exploration_scales(unknown, self.settings.profile_runs_dir))
 
-    def run_cycle(self) -> CycleDecision:
+    def run_cycle(self) -> SidecarCycle:
         started = time.perf_counter()
         state = self._with_exploration(self.read_state())
         memory = self.memory or CycleMemory.fresh(state)
@@ -119,36 +136,10 @@ class Sidecar:
             outcome = CycleOutcome()
         else:
             outcome = apply_cycle(decision, self.editor)
+        seconds = time.perf_counter() - started
         log.info("cycle %d: %d idle co-scheduled jobs seen, %d pins kept, %d pinned, %d unpinned, "
                  "%d enrolled, %d unplaced, %d skipped, %d failed edits, %.3f s",
                  decision.cycle, decision.seen, len(decision.kept), outcome.pinned, outcome.unpinned,
-                 outcome.enrolled, len(decision.unplaced), len(decision.skipped),
-                 len(outcome.failed), time.perf_counter() - started)
+                 outcome.enrolled, len(decision.unplaced), len(decision.skipped), len(outcome.failed), seconds)
         self.memory = decision.next_memory()
-        return decision
-
-    def wait_for_next_cycle(self, last_end: int | None, sleep: Callable[[float], None] = time.sleep) -> int | None:
-        """Block until the negotiator finishes a new cycle (or the interval passes)."""
-        if self.settings.cycle_source == "interval" or self.cycle_end is None:
-            sleep(self.settings.interval_s)
-            return None
-        deadline = time.monotonic() + max(self.settings.interval_s, 1.0)
-        while time.monotonic() < deadline:
-            try:
-                end = self.cycle_end()
-            except Exception as e:
-                log.warning("cannot read the negotiator ad: %s", e)
-                end = None
-            if end is not None and end != last_end:
-                return end
-            sleep(0.5)
-        return last_end
-
-    def run_forever(self, stop: Callable[[], bool] = lambda: False) -> None:
-        last_end = None
-        while not stop():
-            try:
-                self.run_cycle()
-            except Exception as e:  # the pool may be down for a while; keep going
-                log.error("cycle %d failed: %s", self.memory.cycle if self.memory else 1, e)
-            last_end = self.wait_for_next_cycle(last_end)
+        return SidecarCycle(decision, outcome, seconds)

@@ -767,6 +767,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.once:
         signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
         signal.signal(signal.SIGINT, lambda signum, frame: stopping.append(signum))
+        # condor_reconfig makes the master send SIGHUP, whose default would kill the agent;
+        # its settings are its arguments, so there is nothing to re-read.
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     manager = None
     if config.sockets:
         try:

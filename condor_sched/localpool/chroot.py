@@ -5,6 +5,7 @@ what the pool's configuration says lives in :mod:`condor_sched.localpool.config`
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -14,13 +15,13 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 log = logging.getLogger(__name__)
 
 #: The only environment daemons and tools in the chroot see (host variables must not leak).
 CLEAN_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
-PACKAGES = ("minicondor", "python3")
+PACKAGES = ("minicondor", "python3", "python3-venv")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
 
@@ -111,10 +112,7 @@ def build_root(root: Path, user: str, uid: int, mirror: str | None = None) -> No
     run(["debootstrap", "--variant=minbase", "sid", str(tmp), mirror], timeout_s=1800)
     mount_root(tmp)
     try:
-        in_chroot(tmp, ["apt-get", "-o", "Acquire::Check-Valid-Until=false", "update"], timeout_s=900)
-        run(["env", "-i", *[f"{k}={v}" for k, v in CLEAN_ENV.items()], "DEBIAN_FRONTEND=noninteractive",
-             "chroot", str(tmp), "apt-get", "install", "-y", "--no-install-recommends", *PACKAGES],
-            timeout_s=1800)
+        apt_install(tmp, PACKAGES)
         ensure_user(tmp, user, uid)
         in_chroot(tmp, ["apt-get", "clean"], check=False)
     finally:
@@ -122,6 +120,75 @@ def build_root(root: Path, user: str, uid: int, mirror: str | None = None) -> No
         unmount_all(tmp)
     (tmp / ".cosched-complete").write_text("minicondor " + " ".join(PACKAGES) + "\n")
     tmp.rename(root)
+
+
+def apt_install(root: Path, packages: Sequence[str]) -> None:
+    """Install Debian ``packages`` in the chroot (mounted), after refreshing its stale lists."""
+    in_chroot(root, ["apt-get", "-o", "Acquire::Check-Valid-Until=false", "update"], timeout_s=900)
+    run(["env", "-i", *[f"{k}={v}" for k, v in CLEAN_ENV.items()], "DEBIAN_FRONTEND=noninteractive",
+         "chroot", str(root), "apt-get", "install", "-y", "--no-install-recommends", *packages], timeout_s=1800)
+
+
+#: Bump to rebuild every cached venv (e.g. when the steps below change).
+VENV_STEP_VERSION = 1
+VENV_STAMP = ".cosched-venv"
+HOST_CA_SOURCE = "/etc/ssl/certs/ca-certificates.crt"
+HOST_CA_BUNDLE = "/tmp/cosched-host-ca-certificates.crt"
+
+
+def venv_stamp(requirements: Sequence[str], path_dirs: Sequence[str], scripts: Mapping[str, str]) -> str:
+    """What a venv was built from; a cached venv with another stamp is rebuilt."""
+    return "\n".join([f"step {VENV_STEP_VERSION}", *[f"requires {r}" for r in requirements],
+                      *[f"path {d}" for d in path_dirs],
+                      *[f"script {name} {hashlib.sha256(text.encode()).hexdigest()}"
+                        for name, text in sorted(scripts.items())], ""])
+
+
+def ensure_venv(root: Path, venv: str, requirements: Sequence[str], path_dirs: Sequence[str],
+                scripts: Mapping[str, str]) -> bool:
+    """Build a venv at ``venv`` (a path inside ``root``) with the chroot's python3 and pip
+    ``requirements`` from PyPI, put ``path_dirs`` on its path, write ``scripts`` (name ->
+    text) into its bin/; skipped when the venv's stamp says it was built the same way.
+
+    Idempotent, and safe on a cache built before this step existed. Returns whether it built.
+    """
+    target = root / venv.lstrip("/")
+    stamp = venv_stamp(requirements, path_dirs, scripts)
+    if (target / VENV_STAMP).is_file() and (target / VENV_STAMP).read_text() == stamp:
+        return False
+    if processes_in(root):
+        raise PoolError(f"the pool in {root} is running; stop it (pool down) before building its venv")
+    log.info("building the sidecar venv %s in %s (pip: %s)", venv, root, " ".join(requirements))
+    shutil.rmtree(target, ignore_errors=True)
+    # pip in the chroot reaches PyPI as the host does: its resolver and its CA bundle (a proxy's CA).
+    if Path("/etc/resolv.conf").is_file():
+        shutil.copyfile("/etc/resolv.conf", root / "etc/resolv.conf")
+    host_ca = root / HOST_CA_BUNDLE.lstrip("/")
+    cert_args = []
+    if Path(HOST_CA_SOURCE).is_file():
+        shutil.copyfile(HOST_CA_SOURCE, host_ca)
+        cert_args = ["--cert", HOST_CA_BUNDLE]
+    mount_root(root)
+    try:
+        if in_chroot(root, ["python3", "-c", "import ensurepip"], check=False).returncode != 0:
+            apt_install(root, ["python3-venv"])  # a root built before python3-venv was in PACKAGES
+        in_chroot(root, ["python3", "-m", "venv", venv])
+        in_chroot(root, [f"{venv}/bin/pip", "install", "--no-cache-dir", "--disable-pip-version-check",
+                         "--quiet", "--root-user-action=ignore", *cert_args, *requirements],
+                  timeout_s=1800)
+        purelib = in_chroot(root, [f"{venv}/bin/python3", "-c",
+                                   "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip()
+        (root / purelib.lstrip("/") / "condor_sched.pth").write_text("".join(f"{d}\n" for d in path_dirs))
+        for name, text in scripts.items():
+            (target / "bin" / name).write_text(text)
+            (target / "bin" / name).chmod(0o755)
+        in_chroot(root, ["apt-get", "clean"], check=False)
+    finally:
+        host_ca.unlink(missing_ok=True)
+        stop_processes(root)
+        unmount_all(root)
+    (target / VENV_STAMP).write_text(stamp)
+    return True
 
 
 def _remove_tree(path: Path) -> None:

@@ -6,6 +6,7 @@ The slot layout itself is rendered on the node by ``node_hooks/discover_devices.
 """
 from __future__ import annotations
 
+import configparser
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -25,6 +26,14 @@ PROFILE_RUNS_DIR = AGENT_STATE_DIR / "profiles"
 CONDOR_LOG_DIR = PurePosixPath("/var/log/condor")
 CONDOR_EXECUTE_DIR = PurePosixPath("/var/lib/condor/execute")
 PYTHON = "/usr/bin/python3"
+#: The sidecar's venv, built with the chroot's python3 (the host venv does not load there).
+SIDECAR_VENV = PurePosixPath("/opt/condor_sched/venv")
+#: Where the working tree appears inside the pool root (read-only bind mount, on the venv's path).
+SOURCE_DIR = PurePosixPath("/opt/condor_sched/src")
+SIDECAR_COMMAND = SIDECAR_VENV / "bin" / "condor-sched"
+#: The admin's sidecar snippet (config.d/), and the pool's overrides of it.
+SIDECAR_SNIPPET = "50-cosched-sidecar.conf"
+SIDECAR_POOL_SNIPPET = "55-cosched-pool-sidecar.conf"
 
 STARTD_CRON_SCRIPT = "cosched_startd_cron.py"
 PREPARE_JOB_SCRIPT = "cosched_prepare_job.py"
@@ -219,5 +228,44 @@ def render_client_config(user: str) -> str:
         "SEC_CLIENT_AUTHENTICATION_METHODS = CLAIMTOBE",
         f"SEC_CLAIMTOBE_USER = {user}",
         f"UID_DOMAIN = {DOMAIN}",
+        "",
+    ])
+
+
+def sidecar_requirements(setup_cfg: str, condor_version: str) -> list[str]:
+    """The project's install_requires (setup.cfg text), with the htcondor wheel pinned to the
+    pool's own HTCondor version."""
+    parser = configparser.ConfigParser()
+    parser.read_string(setup_cfg)
+    lines = [line.strip() for line in parser.get("options", "install_requires").splitlines()]
+    return [f"htcondor=={condor_version}" if re.match(r"^htcondor\b", line) else line for line in lines if line]
+
+
+def condor_version_of(banner: str) -> str:
+    """The version in ``condor_version``'s ``$CondorVersion: 25.14.1 ... $`` line."""
+    m = re.search(r"\$CondorVersion: (\d+\.\d+\.\d+)", banner)
+    if m is None:
+        raise ValueError(f"no $CondorVersion in {banner[:200]!r}")
+    return m.group(1)
+
+
+def render_sidecar_launcher() -> str:
+    """``condor-sched`` of the chroot's venv: the working tree's CLI, run by the venv's python."""
+    return "\n".join([f"#!{SIDECAR_VENV / 'bin' / 'python3'}",
+                      "# condor-sched in the local pool (written by condor-sched pool up)",
+                      "import sys",
+                      "from condor_sched.cli import main",
+                      "sys.exit(main())", ""])
+
+
+def render_sidecar_pool_config() -> str:
+    """What the local pool changes in the admin's sidecar snippet: the chroot's command, the
+    unprivileged ``condor`` account (a queue super user; CLAIMTOBE claims it), and the node
+    agents' run records for piggyback profiling."""
+    return "\n".join([
+        f"# The sidecar in the local pool, over {SIDECAR_SNIPPET} (written by condor-sched pool up).",
+        f"COSCHED_SIDECAR = {SIDECAR_COMMAND}",
+        "COSCHED_SIDECAR_USERID = condor",
+        f"COSCHED_PROFILE_RUNS_DIR = {PROFILE_RUNS_DIR}",
         "",
     ])

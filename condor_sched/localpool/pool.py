@@ -35,6 +35,8 @@ class PoolSettings:
     admin_user: str = "condor"
     hooks_dir: Path = field(default_factory=resources.node_hooks_dir)
     config_d: Path = field(default_factory=resources.config_d_dir)
+    #: The source checkout the chroot's sidecar runs (bind-mounted read-only).
+    source_dir: Path = field(default_factory=resources.source_checkout)
     mirror: str | None = None
 
     @classmethod
@@ -120,9 +122,25 @@ def _hook_files(settings: PoolSettings) -> config.HookFiles:
     return config.HookFiles(**exists)
 
 
-def _install_config(settings: PoolSettings, inventory: Inventory, hooks: config.HookFiles) -> None:
+def _config_d(settings: PoolSettings) -> Path:
+    return settings.root / "etc/condor/config.d"
+
+
+def _install_sidecar_config(settings: PoolSettings, enabled: bool) -> None:
+    """Install the admin's sidecar snippet and the pool's overrides of it, or remove both."""
+    cfg_d = _config_d(settings)
+    if enabled:
+        shutil.copyfile(settings.config_d / config.SIDECAR_SNIPPET, cfg_d / config.SIDECAR_SNIPPET)
+        _write(cfg_d / config.SIDECAR_POOL_SNIPPET, config.render_sidecar_pool_config())
+    else:
+        for name in (config.SIDECAR_SNIPPET, config.SIDECAR_POOL_SNIPPET):
+            (cfg_d / name).unlink(missing_ok=True)
+
+
+def _install_config(settings: PoolSettings, inventory: Inventory, hooks: config.HookFiles,
+                    sidecar: bool) -> None:
     root = settings.root
-    cfg_d = root / "etc/condor/config.d"
+    cfg_d = _config_d(settings)
     for old in cfg_d.glob("*"):
         if old.name == "00-security" or "cosched" in old.name:
             old.unlink()
@@ -130,6 +148,7 @@ def _install_config(settings: PoolSettings, inventory: Inventory, hooks: config.
     _write(cfg_d / "05-cosched-pool.conf", config.render_pool_config(nodes, hooks))
     for name in POOL_SNIPPETS:
         shutil.copyfile(settings.config_d / name, cfg_d / name)
+    _install_sidecar_config(settings, sidecar)
     host_names = sorted({socket.gethostname(), socket.getfqdn()})
     _write(root / "etc/hosts", config.render_hosts(host_names, [n.name for n in nodes]))
     shutil.rmtree(settings.in_root(config.WRAPPER_DIR), ignore_errors=True)
@@ -186,16 +205,23 @@ def require_root(action: str) -> None:
 
 
 def build(settings: PoolSettings | None = None) -> Path:
-    """Build the cached chroot unless it is already complete; return its path."""
+    """Build the cached chroot unless it is already complete, and the sidecar's venv in it
+    unless it is current (a cache built before the venv step gets it); return its path."""
     settings = settings or PoolSettings.from_env()
     if not chroot.is_built(settings.root):
         chroot.build_root(settings.root, settings.user, settings.uid, settings.mirror)
+    banner = chroot.in_chroot(settings.root, ["condor_version"]).stdout
+    requirements = config.sidecar_requirements((settings.source_dir / "setup.cfg").read_text(),
+                                               config.condor_version_of(banner))
+    chroot.ensure_venv(settings.root, str(config.SIDECAR_VENV), requirements, [str(config.SOURCE_DIR)],
+                       {config.SIDECAR_COMMAND.name: config.render_sidecar_launcher()})
     return settings.root
 
 
 def up(inventory_path: str | Path | None = None, workdir: str | Path | None = None,
-       settings: PoolSettings | None = None) -> PoolInfo:
-    """Start the pool for ``inventory_path`` (default: the example inventory).
+       settings: PoolSettings | None = None, sidecar: bool = False) -> PoolInfo:
+    """Start the pool for ``inventory_path`` (default: the example inventory); with
+    ``sidecar``, its master also runs the sidecar daemon (see :func:`set_sidecar`).
 
     Builds the chroot on first use (about a minute), restarts a cached one in seconds.
     A pool that is already up is stopped first. Needs root.
@@ -217,8 +243,9 @@ def up(inventory_path: str | Path | None = None, workdir: str | Path | None = No
         chroot.mount_root(root)
         chroot.bind(settings.hooks_dir, settings.in_root(config.HOOKS_DIR), read_only=True)
         chroot.bind(settings.workdir, settings.in_root(settings.workdir))
+        chroot.bind(settings.source_dir, settings.in_root(config.SOURCE_DIR), read_only=True)
         hooks = _hook_files(settings)
-        _install_config(settings, inventory, hooks)
+        _install_config(settings, inventory, hooks, sidecar)
         settings.state_file.write_text(json.dumps({
             "root": str(root), "workdir": str(settings.workdir),
             "inventory": str(Path(inventory_path or default_inventory_path()).resolve()),
@@ -237,6 +264,22 @@ def up(inventory_path: str | Path | None = None, workdir: str | Path | None = No
                     nodes=tuple(n.name for n in inventory.nodes), slot_names=tuple(expected),
                     wired_hooks={"startd_cron": hooks.startd_cron, "prepare_job": hooks.prepare_job,
                                  "node_agent": hooks.node_agent})
+
+
+def set_sidecar(enabled: bool, settings: PoolSettings | None = None) -> None:
+    """Let the running pool's master run the sidecar daemon (``COSCHED_SIDECAR``) or not.
+
+    Installs (or removes) ``config.d/50-cosched-sidecar.conf`` with the pool's overrides and
+    runs ``condor_reconfig``: the master starts a daemon added to its DAEMON_LIST and stops
+    (SIGTERM) one removed from it. Once listed, ``condor_off``/``condor_on -daemon
+    COSCHED_SIDECAR`` stop and start it.
+    """
+    require_root("sidecar")
+    settings = settings or PoolSettings.from_env()
+    if not chroot.processes_in(settings.root):
+        raise PoolError(f"the pool in {settings.root} is not running; run pool up first")
+    _install_sidecar_config(settings, enabled)
+    chroot.in_chroot(settings.root, ["condor_reconfig"], timeout_s=30)
 
 
 # --- down / status -------------------------------------------------------------------

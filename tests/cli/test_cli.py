@@ -1,6 +1,10 @@
 """The condor-sched commands on the bundled snapshot (click's CliRunner, no pool)."""
 import json
+import os
+import subprocess
+import sys
 
+import pytest
 from click.testing import CliRunner
 
 from condor_sched.cli import DEFAULT_SNAPSHOT, main
@@ -116,3 +120,12 @@ def test_config_lists_prints_one_or_all_snippets():
     assert all(f"# ===== {name} =====" in everything for name in names) and sidecar in everything
     unknown = CliRunner().invoke(main, ["config", "99-nothing.conf"])
     assert unknown.exit_code == 2 and "50-cosched-sidecar.conf" in unknown.output
+
+
+@pytest.mark.parametrize("knob, value", [("MAX_COSCHED_LOG", "lots"), ("COSCHED_POLICY", "fastest")])
+def test_run_refuses_a_bad_knob_with_exit_2_naming_it(tmp_path, knob, value):
+    env = {**os.environ, "CONDOR_CONFIG": str(tmp_path / "condor_config"), f"_CONDOR_{knob}": value}
+    (tmp_path / "condor_config").write_text("")
+    result = subprocess.run([sys.executable, "-m", "condor_sched", "run"], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2 and knob in result.stderr, result.stderr

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import htcondor2
 import pytest
@@ -155,7 +154,7 @@ def test_job_pinned_to_a_vanished_node_is_unpinned_and_runs_elsewhere(pool):
                                ["LastRemoteHost", "ExitCode"], timeout_s=120)
         finally:
             output = stop(sidecar)
-        assert f"vanished" in output
+        assert "vanished" in output
         assert "@node2@" not in ad["LastRemoteHost"] and ad["ExitCode"] == 0
     finally:
         node_daemon(pool, "node2", "on")

@@ -252,3 +252,37 @@ def test_mirror_comes_from_the_host_sources():
     assert chroot.parse_deb822_uris(deb822) == ["http://mirror.example/debian", "http://security.example/debian-security"]
     assert chroot.parse_one_line_uris("deb [arch=amd64] http://m.example/debian bookworm main\n# deb http://x/ y\n") \
         == ["http://m.example/debian"]
+
+
+def test_sidecar_venv_installs_the_projects_requirements_with_the_pools_htcondor():
+    setup_cfg = (Path(__file__).resolve().parents[2] / "setup.cfg").read_text()
+    banner = "$CondorVersion: 25.14.1 2026-10-16 PackageID: 25.14.1+dfsg-1 $\n$CondorPlatform: X86_64-Debian_ $\n"
+    requirements = config.sidecar_requirements(setup_cfg, config.condor_version_of(banner))
+    assert requirements[0] == "htcondor==25.14.1"
+    assert {r.split(">=")[0] for r in requirements[1:]} >= {"numpy", "ortools", "pyyaml", "click"}
+    with pytest.raises(ValueError, match="CondorVersion"):
+        config.condor_version_of("condor_version: not found")
+
+
+def test_a_venv_built_the_same_way_is_kept_and_another_is_rebuilt(tmp_path):
+    venv = tmp_path / "opt/condor_sched/venv"
+    venv.mkdir(parents=True)
+    scripts = {"condor-sched": config.render_sidecar_launcher()}
+    stamp = chroot.venv_stamp(["htcondor==25.14.1"], ["/opt/condor_sched/src"], scripts)
+    (venv / chroot.VENV_STAMP).write_text(stamp)
+    assert chroot.ensure_venv(tmp_path, "/opt/condor_sched/venv", ["htcondor==25.14.1"],
+                              ["/opt/condor_sched/src"], scripts) is False
+    assert chroot.venv_stamp(["htcondor==25.14.2"], ["/opt/condor_sched/src"], scripts) != stamp
+    assert chroot.venv_stamp(["htcondor==25.14.1"], ["/opt/condor_sched/src"], {"condor-sched": "#!"}) != stamp
+    assert f"step {chroot.VENV_STEP_VERSION}" in stamp
+
+
+def test_pool_sidecar_runs_the_chroot_venv_as_the_condor_super_user():
+    lines = _config_lines(config.render_sidecar_pool_config())
+    assert lines["COSCHED_SIDECAR"] == str(config.SIDECAR_COMMAND)
+    assert lines["COSCHED_SIDECAR_USERID"] == "condor"
+    assert lines["COSCHED_PROFILE_RUNS_DIR"] == str(config.PROFILE_RUNS_DIR)
+    launcher = config.render_sidecar_launcher()
+    assert launcher.startswith(f"#!{config.SIDECAR_VENV}/bin/python3\n") and "condor_sched.cli" in launcher
+    snippet = (Path(__file__).resolve().parents[2] / "config.d" / config.SIDECAR_SNIPPET).read_text()
+    assert "DAEMON_LIST = $(DAEMON_LIST) COSCHED_SIDECAR" in snippet

@@ -47,7 +47,7 @@ def sidecar_decision(state: PoolState, cycle_config: CycleConfig) -> dict:
     """The sidecar's first cycle on the live ads of ``state`` (dry run)."""
     jobs, slots = state_ads(state)
     sidecar = Sidecar(SidecarSettings(), cycle_config, lambda: pool.ads_to_state(pool.LiveAds(jobs, slots)), None)
-    return comparable(sidecar.run_cycle().to_json())
+    return comparable(sidecar.run_cycle().decision.to_json())
 
 
 def plan_decision(state: PoolState, device: str, spread: str) -> dict:

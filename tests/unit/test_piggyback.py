@@ -39,7 +39,7 @@ def test_the_sidecar_runs_an_unknown_program_exclusive_at_the_next_scale(tmp_pat
     config = CycleConfig(get_policy("knapsack"), get_policy("sns"),
                          profiles=ProfileStore.load_dir(default_profiles_dir()))
     sidecar = Sidecar(settings, config, lambda: PoolState(procs, slots), None)
-    decision = sidecar.run_cycle()
+    decision = sidecar.run_cycle().decision
     pins = decision.pins
     assert len(pins) == 4 and {p.scale_factor for p in pins} == {2}
     assert len({p.slot.split("@")[1] for p in pins}) == 2  # k * ceil(P/T) = 2 whole nodes

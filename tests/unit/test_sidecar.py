@@ -123,8 +123,8 @@ def test_one_failing_job_does_not_stop_the_cycle_and_an_unenrolled_job_is_never_
 def test_cycle_numbers_continue_after_a_restart():
     state = PoolState((device_job(1, pinned_slot="slotA", pinned_cycle=41),), (slot("slotA"),))
     sidecar = Sidecar(SETTINGS, CycleConfig(FirstFit(), None), lambda: state, None)
-    assert sidecar.run_cycle().cycle == 42
-    assert sidecar.run_cycle().cycle == 43
+    assert sidecar.run_cycle().decision.cycle == 42
+    assert sidecar.run_cycle().decision.cycle == 43
 
 
 def test_knobs_are_parsed_and_bad_values_named():
