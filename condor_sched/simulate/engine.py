@@ -179,6 +179,9 @@ class RunResult:
     memory_oversubscriptions: int
     refused_starts: int
     invalid_assignments: int
+    #: Over all cycles: pins kept waiting for a match, and pins taken back (the live rules).
+    pins_kept: int = 0
+    unpins: int = 0
     sockets: list[SocketState] = field(default_factory=list)
     #: The profile model's pool runtime (parallel jobs), else None.
     pool: object = None
@@ -260,6 +263,8 @@ class Simulation:
         self.memory_oversubscriptions = 0
         self.refused_starts = 0
         self.invalid_assignments = 0
+        self.pins_kept = 0
+        self.unpins = 0
 
     # --- the Clock a runtime model sees ----------------------------------------------------
 
@@ -352,6 +357,8 @@ class Simulation:
         self.plans += 1
         decision = self.decide(CycleMemory(tick, self.first_seen_cycle))
         self.first_seen_cycle = decision.first_seen
+        self.pins_kept += len(decision.kept)
+        self.unpins += len(decision.unpins)
         for unpin in decision.unpins:
             self.pins.pop(unpin.job, None)
         for plan in decision.plans:
@@ -470,7 +477,8 @@ class Simulation:
             devices=list(self.devices.values()), nodes=self.nodes, cycle_s=self.cycle_s,
             makespan_s=makespan, cycles=self.cycles, plans=self.plans,
             memory_oversubscriptions=self.memory_oversubscriptions, refused_starts=self.refused_starts,
-            invalid_assignments=self.invalid_assignments, sockets=list(self.sockets.values()), pool=self.pool)
+            invalid_assignments=self.invalid_assignments, sockets=list(self.sockets.values()), pool=self.pool,
+            pins_kept=self.pins_kept, unpins=self.unpins)
 
 
 def simulate(jobs: Sequence[SimJob], inventory: Inventory, policy: Policy, **options) -> RunResult:

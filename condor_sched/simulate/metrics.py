@@ -81,6 +81,8 @@ def run_metrics(result: RunResult) -> dict[str, Any]:
         "mean_concurrency": resident_s / (len(result.devices) * makespan) if makespan > 0 else 0.0,
         "refused_starts": result.refused_starts,
         "invalid_assignments": result.invalid_assignments,
+        "pins_kept": result.pins_kept,
+        "unpins": result.unpins,
         "cycles": result.cycles,
         "plans": result.plans,
     }
@@ -130,6 +132,8 @@ def parallel_metrics(result: RunResult) -> dict[str, Any]:
         "mean_scale": sum(r.scale for r in jobs) / n,
         "refused_starts": result.refused_starts,
         "invalid_assignments": result.invalid_assignments,
+        "pins_kept": result.pins_kept,
+        "unpins": result.unpins,
         "cycles": result.cycles,
         "plans": result.plans,
     }

@@ -88,6 +88,18 @@ def test_a_plan_beyond_device_memory_is_counted_and_refused():
     assert [(r.start_s, r.end_s) for r in result.jobs] == [(0.0, 10.0), (10.0, 20.0)]
 
 
+def test_a_refused_pin_is_kept_then_unpinned_and_planned_again_as_on_a_live_pool():
+    jobs = [SimJob(0, "t", 5000, 60, 10.0, offloads=1), SimJob(1, "t", 5000, 60, 10.0, offloads=1)]
+
+    result = simulate(jobs, phi_inventory(1), Greedy(), cycle_s=1.0)
+
+    # Job 1's pin (cycle 0) is refused while job 0 holds the memory; it is kept in cycles 1
+    # and 2, unpinned in cycle 3 (not matched within 3 cycles) and pinned again at once,
+    # and so on until job 0 ends at 10 s and the cycle at 10 s starts it.
+    assert result.unpins == 3 and result.pins_kept == 7
+    assert [(r.start_s, r.end_s) for r in result.jobs] == [(0.0, 10.0), (10.0, 20.0)]
+
+
 def test_hand_computed_makespan_of_two_full_device_jobs_sharing_one_device():
     # Fig. 2 of paper 002: J1 and J2 both offload with all 240 threads, so COSMIC
     # serialises their offloads. Each: 2 x (host 2 s, offload 3 s) = 10 s alone.
