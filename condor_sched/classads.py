@@ -301,10 +301,12 @@ def eligible_slots(jobs: Iterable[tuple[Job, classad2.ClassAd]],
         refs = [r for r in references[text] if r in ad]
         key = (text, tuple((r, str(ad.lookup(r))) for r in refs))
         if key not in memo:
+            # Expressions are copied as their text: an ExprTree looked up from one ad does not
+            # always evaluate the same once inserted into another (seen with classad2 25.14).
             probe = classad2.ClassAd()
-            for r in refs:
-                probe[r] = ad.lookup(r)
-            probe["Requirements"] = requirements
+            for r, value in key[1]:
+                probe[r] = classad2.ExprTree(value)
+            probe["Requirements"] = classad2.ExprTree(text)
             accepted = set()
             for name, target in targets:
                 probe[PIN_SLOT_ATTR] = name

@@ -111,3 +111,14 @@ def test_jobs_with_the_same_requirements_text_are_judged_on_their_own_attributes
     having["NeedCpus"] = 2
     out = eligible(lacking, having)
     assert out[JobKey("s", 1, 0)] == frozenset() and JobKey("s", 1, 1) not in out
+
+
+def test_every_job_of_the_bundled_snapshot_may_use_every_device_and_no_socket():
+    # The snapshot's Requirements are condor_submit's (Arch, OpSys, Disk, Memory, PhiMemory,
+    # PhiThreads, HasFileTransfer); each job fits every device's totals and no socket has devices.
+    from condor_sched.snapshot import load_snapshot
+
+    state = load_snapshot(DEFAULT_SNAPSHOT / "queue.json", DEFAULT_SNAPSHOT / "machines.json")
+    devices = frozenset(s.name for s in state.slots if s.kind is SlotKind.DEVICE)
+    assert len(devices) == 6 and len(state.idle_jobs()) == 40
+    assert all(state.eligible[j.key] == devices for j in state.idle_jobs())
