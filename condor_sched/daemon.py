@@ -211,9 +211,9 @@ def _reload_config() -> None:
 
 
 def _send_to_collector(ad: classad2.ClassAd, command: str) -> None:
-    import htcondor2
+    from condor_sched import pool
 
-    htcondor2.Collector().advertise([ad], command)
+    pool.advertise(ad, command)
 
 
 class SidecarDaemon:

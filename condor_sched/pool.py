@@ -98,6 +98,14 @@ def read_state() -> PoolState:
     return ads_to_state(read_ads(covered_jobs(), job_projection()))
 
 
+def advertise(ad: classad2.ClassAd, command: str) -> None:
+    """Send one ad of our own to the collector (``command``: e.g. UPDATE_AD_GENERIC)."""
+    try:
+        _collector().advertise([ad], command)
+    except Exception as e:
+        raise PoolUnreachable(f"cannot advertise to the collector: {e}") from None
+
+
 def last_negotiation_cycle_end() -> int | None:
     """``LastNegotiationCycleEnd0`` of the negotiator ad (needs NEGOTIATOR_UPDATE_AFTER_CYCLE)."""
     try:
