@@ -202,14 +202,15 @@ def _key_and_pin(ad: classad2.ClassAd, schedd: str) -> tuple[JobKey | None, str 
     return JobKey(schedd, cluster, proc), pin if isinstance(pin, str) else None
 
 
-def jobs_from_ads(ads: Iterable[classad2.ClassAd], schedd: str | None = None) -> tuple[list[Job], list[Skipped]]:
-    """Job records from ads; the schedd comes from each GlobalJobId unless given."""
-    jobs: list[Job] = []
+def jobs_from_ads(ads: Iterable[classad2.ClassAd], schedd: str | None = None
+                  ) -> tuple[list[tuple[Job, classad2.ClassAd]], list[Skipped]]:
+    """Job records, each with its ad; the schedd comes from each GlobalJobId unless given."""
+    jobs: list[tuple[Job, classad2.ClassAd]] = []
     skipped: list[Skipped] = []
     for ad in ads:
         source = schedd or schedd_of(ad, "unknown-schedd")
         try:
-            jobs.append(job_from_ad(ad, source))
+            jobs.append((job_from_ad(ad, source), ad))
         except AdError as e:
             skipped.append(Skipped(_describe_job(ad, source), str(e), *_key_and_pin(ad, source)))
     return jobs, skipped
@@ -234,24 +235,17 @@ def state_from_ads(job_ads: Mapping[str | None, Iterable[classad2.ClassAd]],
     """The pool state of job ads (per schedd name; None: from each ad's GlobalJobId) and
     startd ads, with each idle job's eligible slots."""
     slot_ads = list(slot_ads)
-    jobs: list[Job] = []
+    pairs: list[tuple[Job, classad2.ClassAd]] = []
     skipped: list[Skipped] = []
-    idle_ads: list[tuple[Job, classad2.ClassAd]] = []
     for schedd, ads in job_ads.items():
-        for ad in ads:
-            source = schedd or schedd_of(ad, "unknown-schedd")
-            try:
-                job = job_from_ad(ad, source)
-            except AdError as e:
-                skipped.append(Skipped(_describe_job(ad, source), str(e), *_key_and_pin(ad, source)))
-                continue
-            jobs.append(job)
-            if job.is_idle:
-                idle_ads.append((job, ad))
+        read, bad = jobs_from_ads(ads, schedd)
+        pairs += read
+        skipped += bad
     slots, slot_skips = slots_from_ads(slot_ads)
     usable = {s.name for s in slots}
-    eligible = eligible_slots(idle_ads, [ad for ad in slot_ads if ad.get("Name") in usable])
-    return PoolState(tuple(jobs), tuple(slots), tuple(skipped + slot_skips), eligible)
+    eligible = eligible_slots([(job, ad) for job, ad in pairs if job.is_idle],
+                              [ad for ad in slot_ads if ad.get("Name") in usable])
+    return PoolState(tuple(job for job, _ in pairs), tuple(slots), tuple(skipped + slot_skips), eligible)
 
 
 def _with_totals(slot_ad: classad2.ClassAd) -> classad2.ClassAd:

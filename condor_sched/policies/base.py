@@ -105,7 +105,7 @@ def run_policy(policy: Policy, request: PlanRequest, settings: PlanSettings) -> 
     for job in request.idle:
         allowed = request.eligible.get(job.key)
         groups.setdefault(None if allowed is None or names <= allowed else allowed & names, []).append(job)
-    if len(groups) <= 1 and None in groups or not groups:
+    if set(groups) <= {None}:  # every job may use every slot
         return policy.plan(replace(request, eligible={}), settings)
     free = {s.name: s for s in request.slots}
     by_key = {j.key: j for j in request.idle}
