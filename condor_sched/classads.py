@@ -16,9 +16,12 @@ import classad2
 
 from condor_sched.device_kinds import DeviceKind, device_kinds
 from condor_sched.model import (
+    PIN_CLAUSE,
     PIN_CYCLE_ATTR,
     PIN_ORIGINAL_ATTR,
+    PIN_REASON_ATTR,
     PIN_SLOT_ATTR,
+    PIN_TIME_ATTR,
     Job,
     JobKey,
     JobStatus,
@@ -30,6 +33,9 @@ from condor_sched.model import (
 )
 
 DEFAULT_SLOWDOWN_THRESHOLD = 0.9
+#: ``VacateReasonCode`` of a job the PREPARE_JOB hook sent back to Idle (``HookStatusCode``
+#: 300 or more, POOL.md).
+HOOK_REFUSED_VACATE_CODE = 1007
 #: Largest value accepted for any resource amount (guards against absurd ads).
 MAX_AMOUNT = 2**40
 
@@ -132,7 +138,7 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
         submitted_at_s=_number(ad, "QDate", required=False),
         pinned_slot=_string(ad, PIN_SLOT_ATTR),
         pinned_cycle=_number(ad, PIN_CYCLE_ATTR, required=False, default=None) if PIN_CYCLE_ATTR in ad else None,
-        has_pin_clause=requirements is not None and PIN_SLOT_ATTR in str(requirements),
+        has_pin_clause=requirements is not None and has_pin_clause(str(requirements)),
         program=program,
         spread="CoSchedProgram" in ad,
         device_kind=kind.name if kind else None,
@@ -143,11 +149,124 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
         if "AllowedExecuteDuration" in ad else None,
         started_at_s=_number(ad, "JobCurrentStartDate", required=False, default=None)
         if "JobCurrentStartDate" in ad else None,
+        submitter=_lenient(ad, "AccountingGroup", str) or _lenient(ad, "User", str) or _string(ad, "Owner") or "",
+        job_prio=int(_lenient(ad, "JobPrio", int) or 0),
+        pin_reason=_lenient(ad, PIN_REASON_ATTR, str),
+        start_refused=_start_refused(ad, status),
         attributes={
             "Requirements": str(requirements) if requirements is not None else None,
             PIN_ORIGINAL_ATTR: str(ad.lookup(PIN_ORIGINAL_ATTR)) if PIN_ORIGINAL_ATTR in ad else None,
         },
     )
+
+
+def _lenient(ad: classad2.ClassAd, attr: str, kind: type) -> Any:
+    """``attr``'s value when it is a ``kind`` (bools are not ints), else None: for attributes
+    that only inform (a user's JobPrio, our own reason text), never a reason to skip a job."""
+    try:
+        value = _eval(ad, attr)
+    except AdError:
+        return None
+    return value if isinstance(value, kind) and not (kind is int and isinstance(value, bool)) else None
+
+
+def _start_refused(ad: classad2.ClassAd, status: JobStatus) -> str | None:
+    """The execute node's reason when it sent this idle job back to Idle (a PREPARE_JOB hook
+    refusal: ``VacateReasonCode`` 1007) after its current pin was written (``CoSchedPinTime``):
+    the job went Idle (``EnteredCurrentStatus``) no earlier than the pin."""
+    if status is not JobStatus.IDLE or _lenient(ad, "VacateReasonCode", int) != HOOK_REFUSED_VACATE_CODE:
+        return None
+    pinned_at, idle_since = _lenient(ad, PIN_TIME_ATTR, int), _lenient(ad, "EnteredCurrentStatus", int)
+    if _lenient(ad, PIN_SLOT_ATTR, str) is None or (pinned_at is not None and (idle_since or 0) < pinned_at):
+        return None
+    return (_lenient(ad, "VacateReason", str) or "the execute node refused the start")[:300]
+
+
+def has_pin_clause(requirements: str) -> bool:
+    """True when ``requirements`` is a conjunction one of whose operands is the pin clause,
+    so the job cannot match before it is pinned (a clause merely mentioned, e.g. under an
+    ``||``, does not count)."""
+    conjuncts = _top_level_conjuncts(_strip_parentheses(requirements.strip()))
+    return conjuncts is not None and _canonical(PIN_CLAUSE) in {_canonical(c) for c in conjuncts}
+
+
+def _canonical(expr: str) -> str:
+    try:
+        text = str(classad2.ExprTree(expr))
+    except Exception:
+        return expr
+    return _strip_parentheses("".join(text.split()).lower())
+
+
+def _strip_parentheses(text: str) -> str:
+    """``text`` without parentheses that enclose all of it."""
+    while text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]):
+        text = text[1:-1].strip()
+    return text
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for char, top in _scan(text):
+        depth += {"(": 1, ")": -1}.get(char, 0) if top is not None else 0
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _scan(text: str) -> Iterator[tuple[str, int | None]]:
+    """Each character with its bracket depth, None inside string literals."""
+    depth, quoted, escaped = 0, False, False
+    for char in text:
+        if quoted:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                quoted = False
+            yield char, None
+            continue
+        if char == '"':
+            quoted = True
+            yield char, None
+            continue
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        yield char, depth
+
+
+def _top_level_conjuncts(text: str) -> list[str] | None:
+    """The operands of ``text``'s top-level ``&&``; None when its top level also has ``||``
+    or ``?:`` (then no single operand constrains the whole expression)."""
+    parts, start, previous = [], 0, ""
+    for i, (char, depth) in enumerate(_scan(text.replace("=?=", "=~="))):  # not a ternary's "?"
+        if depth == 0 and (char == "?" or (char == "|" and previous == "|")):
+            return None
+        if depth == 0 and char == "&" and previous == "&":
+            parts.append(text[start:i - 1])
+            start = i + 1
+            previous = ""
+            continue
+        previous = char if depth == 0 else ""
+    parts.append(text[start:])
+    return [p.strip() for p in parts]
+
+
+#: Slot states in which a startd takes no new claim (HTCondor's ``State``).
+_UNAVAILABLE_STATES = {"Owner": "is in the Owner state (its START is false)", "Drained": "is drained",
+                       "Preempting": "is preempting its job"}
+
+
+def _unavailable(ad: classad2.ClassAd) -> str | None:
+    """Why a partitionable slot takes no new job now, or None."""
+    if _lenient(ad, "Offline", bool):
+        return "is offline"
+    if _lenient(ad, "Draining", bool) or _lenient(ad, "Activity", str) == "Draining":
+        return "is draining"
+    return _UNAVAILABLE_STATES.get(_lenient(ad, "State", str) or "")
 
 
 def slot_from_ad(ad: classad2.ClassAd) -> Slot | None:
@@ -179,7 +298,7 @@ def slot_from_ad(ad: classad2.ClassAd) -> Slot | None:
                 free=free, device_name=_string(ad, kind.device_name_attr) if kind else None, cache_id=cache_id,
                 device_kind=kind.name if kind else None,
                 updated_at_s=_number(ad, "LastHeardFrom", required=False) or _number(ad, "MyCurrentTime", required=False),
-                children=_child_names(ad))
+                children=_child_names(ad), unavailable=_unavailable(ad))
 
 
 def _child_names(ad: classad2.ClassAd) -> tuple[str, ...] | None:
@@ -194,12 +313,13 @@ def _describe_job(ad: classad2.ClassAd, schedd: str) -> str:
     return f"job {schedd}#{ad.get('ClusterId', '?')}.{ad.get('ProcId', '?')}"
 
 
-def _key_and_pin(ad: classad2.ClassAd, schedd: str) -> tuple[JobKey | None, str | None]:
-    """What is still known of a skipped job: its key and pin, so a pin is never left on it."""
+def _key_and_pin(ad: classad2.ClassAd, schedd: str) -> tuple[JobKey | None, str | None, bool]:
+    """What is still known of a skipped job: its key and pin, so a pin is never left on it,
+    and whether it is idle (then it is held with the reason)."""
     cluster, proc, pin = ad.get("ClusterId"), ad.get("ProcId"), ad.get(PIN_SLOT_ATTR)
     if not (isinstance(cluster, int) and isinstance(proc, int)) or isinstance(cluster, bool):
-        return None, None
-    return JobKey(schedd, cluster, proc), pin if isinstance(pin, str) else None
+        return None, None, False
+    return JobKey(schedd, cluster, proc), pin if isinstance(pin, str) else None, ad.get("JobStatus") == 1
 
 
 def jobs_from_ads(ads: Iterable[classad2.ClassAd], schedd: str | None = None
@@ -248,39 +368,57 @@ def state_from_ads(job_ads: Mapping[str | None, Iterable[classad2.ClassAd]],
     return PoolState(tuple(job for job, _ in pairs), tuple(slots), tuple(skipped + slot_skips), eligible)
 
 
-def _with_totals(slot_ad: classad2.ClassAd) -> classad2.ClassAd:
-    """A copy of a partitionable slot's ad advertising its totals as free (``Cpus`` =
-    ``TotalSlotCpus``, ...): eligibility asks whether a job could ever run there, and the
-    planners account what is free now."""
+def _probe_target(slot_ad: classad2.ClassAd) -> classad2.ClassAd:
+    """A copy of a partitionable slot's ad that asks whether a job could ever run there: its
+    totals advertised as free (``Cpus`` = ``TotalSlotCpus``, ...; the planners account what
+    is free now) and its START as its Requirements (the startd's ``WithinResourceLimits``
+    left to the planners), so a symmetric match is the job's Requirements and the slot's START."""
     ad = classad2.ClassAd()
     ad.update(slot_ad)
     for attr in list(slot_ad.keys()):
         if attr.lower().startswith("totalslot") and len(attr) > len("TotalSlot"):
             ad[attr[len("TotalSlot"):]] = slot_ad.lookup(attr)
+    ad["Requirements"] = classad2.ExprTree(str(slot_ad.lookup("Start"))) if "Start" in slot_ad else True
     return ad
 
 
-def _own_references(ad: classad2.ClassAd, expr: classad2.ExprTree) -> list[str]:
+def _own_references(ad: classad2.ClassAd, expr: classad2.ExprTree) -> set[str]:
     """The attributes ``expr`` may read from a job ad: ``MY.`` ones and every unqualified one
-    (HTCondor looks those up in the job first), pin attributes aside. Independent of which of
-    them ``ad`` has, so it can be kept per expression."""
+    (HTCondor looks those up in the job first). Independent of which of them ``ad`` has, so
+    it can be kept per expression."""
     refs = set(ad.internalRefs(expr))
     for ref in ad.externalRefs(expr):
         if ref.lower().startswith("my."):
             refs.add(ref[3:])
         elif "." not in ref:
             refs.add(ref)
-    return sorted(r for r in refs if r.lower() != PIN_SLOT_ATTR.lower())
+    return refs
+
+
+def start_references(slot_ads: Iterable[classad2.ClassAd]) -> set[str]:
+    """The job attributes the slots' START expressions read (``TARGET.`` ones): a live
+    query must project on them for :func:`eligible_slots` to judge START."""
+    refs: set[str] = set()
+    for ad in slot_ads:
+        if "Start" in ad:
+            try:
+                refs |= {r[7:] for r in ad.externalRefs(ad.lookup("Start")) if r.lower().startswith("target.")}
+            except Exception:  # a START that does not parse refers to nothing
+                continue
+    return refs
 
 
 def eligible_slots(jobs: Iterable[tuple[Job, classad2.ClassAd]],
                    slot_ads: Iterable[classad2.ClassAd]) -> dict[JobKey, frozenset[str]]:
-    """Each job's slots its own Requirements accept (the user's, before the pin clause),
-    evaluated with classad2 once per group of jobs equal in Requirements and in every job
-    attribute it reads. Jobs every slot accepts are left out (the mapping's default); a job
-    whose Requirements do not evaluate gets no slot."""
-    targets = [(ad.get("Name"), _with_totals(ad)) for ad in slot_ads if _eval_quietly(ad, "PartitionableSlot")]
+    """Each job's slots that its own Requirements (the user's, before the pin clause) accept
+    and whose START accepts it as if pinned there, evaluated with classad2 once per group of
+    jobs equal in Requirements and in every job attribute the two read. Jobs every slot
+    accepts are left out (the mapping's default); a job whose Requirements do not evaluate
+    gets no slot."""
+    slot_ads = [ad for ad in slot_ads if _eval_quietly(ad, "PartitionableSlot")]
+    targets = [(ad.get("Name"), _probe_target(ad)) for ad in slot_ads]
     every = frozenset(name for name, _ in targets)
+    start_refs = start_references(slot_ads)
     memo: dict[tuple, frozenset[str]] = {}
     references: dict[str, list[str]] = {}
     out: dict[JobKey, frozenset[str]] = {}
@@ -291,28 +429,34 @@ def eligible_slots(jobs: Iterable[tuple[Job, classad2.ClassAd]],
             continue
         text = str(requirements)
         if text not in references:
-            references[text] = _own_references(ad, requirements)
+            refs = (_own_references(ad, requirements) | start_refs) - {PIN_SLOT_ATTR}
+            references[text] = sorted(r for r in refs if r.lower() not in (PIN_SLOT_ATTR.lower(), "requirements"))
         refs = [r for r in references[text] if r in ad]
         key = (text, tuple((r, str(ad.lookup(r))) for r in refs))
         if key not in memo:
-            # Expressions are copied as their text: an ExprTree looked up from one ad does not
-            # always evaluate the same once inserted into another (seen with classad2 25.14).
-            probe = classad2.ClassAd()
-            for r, value in key[1]:
-                probe[r] = classad2.ExprTree(value)
-            probe["Requirements"] = classad2.ExprTree(text)
-            accepted = set()
-            for name, target in targets:
-                probe[PIN_SLOT_ATTR] = name
-                try:
-                    if target.matches(probe):
-                        accepted.add(name)
-                except Exception:  # a hostile expression matches nothing, as in HTCondor
-                    pass
-            memo[key] = frozenset(accepted)
+            memo[key] = _accepting(key[0], key[1], targets)
         if memo[key] != every:
             out[job.key] = memo[key]
     return out
+
+
+def _accepting(requirements: str, values: Iterable[tuple[str, str]],
+               targets: Iterable[tuple[str, classad2.ClassAd]]) -> frozenset[str]:
+    # Expressions are copied as their text: an ExprTree looked up from one ad does not
+    # always evaluate the same once inserted into another (seen with classad2 25.14).
+    probe = classad2.ClassAd()
+    for r, value in values:
+        probe[r] = classad2.ExprTree(value)
+    probe["Requirements"] = classad2.ExprTree(requirements)
+    accepted = set()
+    for name, target in targets:
+        probe[PIN_SLOT_ATTR] = name
+        try:
+            if target.symmetricMatch(probe):
+                accepted.add(name)
+        except Exception:  # a hostile expression matches nothing, as in HTCondor
+            pass
+    return frozenset(accepted)
 
 
 def _eval_quietly(ad: classad2.ClassAd, attr: str) -> Any:

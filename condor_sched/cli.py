@@ -122,6 +122,52 @@ def plan(queue: Path, machines: Path, policy: str, spread_policy: str, granulari
         click.echo(report.decision_text(state, decision))
 
 
+@main.command()
+@click.argument("job_id", metavar="JOB")
+@with_snapshot
+@click.option("--live", is_flag=True, help="Read the live pool (CONDOR_CONFIG) instead of a snapshot.")
+@click.option("--policy", type=click.Choice(policy_names()), default=None,
+              help="Decide with this policy (default: COSCHED_POLICY when --live, else knapsack).")
+def explain(job_id: str, queue: Path, machines: Path, live: bool, policy: str | None) -> None:
+    """Say why JOB (cluster.proc, or schedd#cluster.proc) is pinned where it is, or why it waits.
+
+    It decides the cycle the sidecar would run now and prints what that cycle does with the
+    job and, for each slot of its kind, whether the slot could take it and why not (slot
+    draining/Owner/offline, Requirements or START refuse, too small, no room now). Users
+    see the sidecar's last word with `condor_q -af CoSchedPinReason`. Exit 1 for an unknown job.
+
+    \b
+    Example:
+      condor-sched explain 12.3 --live
+    """
+    from condor_sched.cycle import CycleConfig, CycleMemory, decide_cycle
+    from condor_sched.explain import UnknownJob, explain as explain_job, find_job
+
+    if live:
+        from condor_sched import pool
+        from condor_sched.settings import settings_from_htcondor
+
+        try:
+            settings = settings_from_htcondor()
+            state = pool.read_state()
+        except SettingsError as e:
+            raise UsageFailure(str(e)) from None
+        except pool.PoolUnreachable as e:
+            raise click.ClickException(str(e)) from None
+        config = CycleConfig.from_settings(settings, _profiles(settings.profile_dir))
+    else:
+        state = _load_snapshot(queue, machines)
+        config = CycleConfig(get_policy("knapsack"), get_policy("sns"), profiles=_profiles(None))
+    if policy:
+        config = config.with_policy(policy)
+    try:
+        job = find_job(state, job_id)
+    except UnknownJob as e:
+        raise click.ClickException(str(e)) from None
+    decision = decide_cycle(state, CycleMemory.fresh(state), config)
+    click.echo("\n".join(explain_job(state, decision, job)))
+
+
 def _profiles(directory: str | Path | None):
     """The profile store of ``directory`` (default: the shipped examples/profiles); bad files are logged."""
     from condor_sched.profiles import ProfileError, ProfileStore, default_profiles_dir
@@ -200,6 +246,55 @@ def run(once: bool, dry_run: bool, policy: str | None) -> None:
         raise UsageFailure(str(e)) from None
     except pool.PoolUnreachable as e:
         raise click.ClickException(str(e)) from None
+
+
+UNINSTALL_STEPS = """\
+To switch condor_sched off for good, in this order:
+  1. sidecar host: condor_off -daemon COSCHED_SIDECAR; remove 50-cosched-sidecar.conf
+     from its config.d; condor_reconfig.
+  2. every schedd host: remove 10-cosched-schedd.conf; condor_reconfig (new jobs keep
+     their Requirements); then run `condor-sched release` once more for jobs submitted
+     in between.
+  3. every execute node: remove 20-cosched-startd.conf and the node hook settings;
+     condor_reconfig (device slots then take any job, unpinned)."""
+
+
+@main.command()
+@click.option("--force", is_flag=True, help="Release even while a sidecar's ad says it runs (it re-enrolls jobs).")
+def release(force: bool) -> None:
+    """Release every co-scheduled job from condor_sched: the off switch.
+
+    For each job with a saved CoSchedPinOriginalRequirements (on every schedd): unpin it,
+    restore the Requirements it was submitted with and clear CoSchedPinReason. Stop the
+    sidecar first (a running one enrolls the jobs again); the command refuses while one
+    advertises itself, unless --force. Prints the uninstall steps.
+
+    \b
+    Example:
+      condor_off -daemon COSCHED_SIDECAR && condor-sched release
+    """
+    from condor_sched import pool
+
+    try:
+        running = pool.running_sidecars()
+        if running and not force:
+            raise click.ClickException(f"a sidecar still runs ({', '.join(running)}): stop it first "
+                                       "(condor_off -daemon COSCHED_SIDECAR), or pass --force")
+        jobs = pool.enrolled_jobs()
+    except pool.PoolUnreachable as e:
+        raise click.ClickException(str(e)) from None
+    editor, failed = pool.JobEditor(), []
+    for key, original in jobs:
+        try:
+            editor.release(key, original)
+        except Exception as e:  # one job's failure must not stop the rest
+            failed.append(f"{key}: {e}")
+    click.echo(f"released {len(jobs) - len(failed)} of {len(jobs)} co-scheduled jobs")
+    for line in failed:
+        click.echo(f"could not release {line}", err=True)
+    click.echo(UNINSTALL_STEPS)
+    if failed:
+        sys.exit(1)
 
 
 @main.command("install-node")

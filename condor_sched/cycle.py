@@ -7,19 +7,22 @@ its simulated pool and starts what is pinned (``simulate/engine.py``). Whatever 
 decides, it decides here, so the three agree on the same state.
 
 What a cycle does: unpin stale pins (not matched within ``unpin_age_cycles`` cycles, slot
-vanished, ad gone bad), enroll jobs lacking the pin clause, take out of each slot's free
-amounts what kept pins and started jobs the slot's ad does not count yet hold, plan the
-rest of the idle covered jobs (device jobs with the device policy on device slots, spread
-jobs with the spread policy on socket slots, each job only on its eligible slots) and pin
-what was placed.
+vanished or taking no new job, the execute node refused the start, ad gone bad), hold idle
+covered jobs whose ads can never be planned (the attribute named), enroll jobs lacking the
+pin clause, take out of each slot's free amounts what kept pins and started jobs the slot's
+ad does not count yet hold, order the rest of the idle covered jobs by fair share
+(``fairshare``), plan them (device jobs with the device policy on device slots, spread jobs
+with the spread policy on socket slots, each job only on its eligible slots) and pin what
+was placed. Every idle covered job left idle gets a reason (``CoSchedPinReason``).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from condor_sched.device_kinds import DEFAULT_KIND
+from condor_sched.fairshare import fair_order, fair_window
 from condor_sched.model import (
     Assignment,
     Job,
@@ -35,7 +38,15 @@ from condor_sched.model import (
     Unplaced,
     partitionable_slot_of,
 )
-from condor_sched.policies.base import PlanRequest, PlanSettings, Policy, PolicyKind, get_policy, run_policy
+from condor_sched.policies.base import (
+    PlanRequest,
+    PlanSettings,
+    Policy,
+    PolicyKind,
+    assigned_request,
+    get_policy,
+    run_policy,
+)
 
 if TYPE_CHECKING:
     from condor_sched.profiles import ProfileStore
@@ -98,6 +109,15 @@ class Enroll:
 
 
 @dataclass(frozen=True, slots=True)
+class Hold:
+    """An idle covered job the sidecar can never place as its ad stands; ``reason`` names the
+    attribute (it becomes the job's HoldReason; the user fixes it and releases the job)."""
+
+    job: JobKey
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Pin:
     """A placement to write; ``llc_ways``/``mem_bw_gbs``/``scale_factor`` only for spread
     procs, ``whole_device`` only for device jobs that must have their device alone."""
@@ -123,6 +143,10 @@ class CycleDecision:
     plans: tuple[Plan, ...]
     skipped: tuple[Skipped, ...] = ()
     first_seen: Mapping[JobKey, int] = field(default_factory=dict)
+    holds: tuple[Hold, ...] = ()
+    #: What each idle covered job that was pinned or left waiting this cycle is told
+    #: (``CoSchedPinReason``); kept pins keep theirs.
+    reasons: Mapping[JobKey, str] = field(default_factory=dict)
 
     @property
     def unplaced(self) -> tuple[Unplaced, ...]:
@@ -150,6 +174,8 @@ class CycleDecision:
             "kept": [{**job(a.job), "slot": a.slot} for a in self.kept],
             "unpins": [{**job(u.job), "reason": u.reason} for u in self.unpins],
             "enrolls": [job(e.job) for e in self.enrolls],
+            "holds": [{**job(h.job), "reason": h.reason} for h in self.holds],
+            "reasons": [{**job(k), "reason": r} for k, r in sorted(self.reasons.items())],
             "stats": {p.policy: dict(p.stats) for p in self.plans},
         }
 
@@ -172,6 +198,10 @@ def _pin_of(assignment: Assignment) -> Pin:
 def _stale_reason(job: Job, slots: Mapping[str, Slot], cycle: int, unpin_age: int) -> str | None:
     if job.pinned_slot not in slots:
         return f"pinned slot {job.pinned_slot} vanished"
+    if job.start_refused is not None:
+        return f"the execute node refused to start it on {job.pinned_slot}: {job.start_refused}"
+    if slots[job.pinned_slot].unavailable is not None:
+        return f"pinned slot {job.pinned_slot} {slots[job.pinned_slot].unavailable}"
     if job.pinned_cycle is None or cycle - job.pinned_cycle >= unpin_age:
         return f"pin to {job.pinned_slot} not matched within {unpin_age} cycles"
     return None
@@ -211,6 +241,18 @@ def _reserve(slots: Mapping[str, Slot], pinned: Iterable[Job], all_jobs: Iterabl
     return [s.with_free(s.free - held[s.name]) if s.name in held else s for s in slots.values()]
 
 
+def free_after_pins(state: PoolState, decision: CycleDecision) -> list[Slot]:
+    """Each slot's free amounts once the decision's kept and new pins hold their share."""
+    slots = {s.name: s for s in state.slots}
+    jobs = {j.key: j for j in state.jobs}
+    free = {s.name: s for s in _reserve(slots, [jobs[a.job] for a in decision.kept if a.job in jobs], state.jobs)}
+    for plan in decision.plans:
+        for a in plan.assignments:
+            if a.job in jobs and a.slot in free:
+                free[a.slot] = free[a.slot].with_free(free[a.slot].free - assigned_request(jobs[a.job], a))
+    return list(free.values())
+
+
 def _with_device_kinds(eligible: Mapping[JobKey, frozenset[str]], jobs: Iterable[Job],
                        slots: Iterable[Slot]) -> Mapping[JobKey, frozenset[str]]:
     """``eligible`` narrowed so that a device job may use only the slots of its device kind
@@ -226,6 +268,67 @@ def _with_device_kinds(eligible: Mapping[JobKey, frozenset[str]], jobs: Iterable
         own = frozenset(by_kind.get(job.device_kind or DEFAULT_KIND, ()))
         narrowed[job.key] = own & eligible[job.key] if job.key in eligible else own
     return narrowed
+
+
+def _hold_reason(skipped: Skipped) -> str:
+    return (f"condor_sched cannot plan this job: {skipped.reason}. Correct it (condor_qedit), "
+            "then condor_release the job")
+
+
+def pin_reason(pin: Pin, cycle: int) -> str:
+    return f"pinned to {pin.slot} in cycle {cycle}; waiting for the negotiator to match it there"
+
+
+def waiting_reason(unplaced: Unplaced) -> str:
+    return f"waiting for room: {unplaced.reason}"
+
+
+def _without_refused_slot(eligible: Mapping[JobKey, frozenset[str]], refused: Mapping[JobKey, str],
+                          slots: Iterable[Slot]) -> Mapping[JobKey, frozenset[str]]:
+    """``eligible`` with the slot whose node just refused a job's start taken from that job,
+    for this cycle (its free amounts may be wrong; the next cycle may try it again)."""
+    if not refused:
+        return eligible
+    names = frozenset(s.name for s in slots)
+    out = dict(eligible)
+    for key, slot in refused.items():
+        out[key] = out.get(key, names) - {slot}
+    return out
+
+
+#: Most turns a cycle gives a policy when several submitters wait (each turn is one policy run).
+MAX_TURNS = 4
+
+
+def plan_in_turns(policy: Policy, request: PlanRequest, settings: PlanSettings,
+                  is_aged: Callable[[Job], bool]) -> Plan:
+    """``run_policy`` on ``request.idle`` in fair-share order (``fairshare``): with one
+    submitter, one run over every job; with several, turns as the negotiator's pie spins:
+    each turn offers the fair-order prefix that fits what is still free (plus every aged job)
+    and the next turn goes on with the rest, until a turn places nothing or ``MAX_TURNS``. So
+    the packing chooses within a submitter's fair slice, never across the whole queue."""
+    ordered = list(request.idle)
+    if len({j.submitter for j in ordered}) <= 1:
+        return run_policy(policy, request, settings)
+    free = {s.name: s for s in request.slots}
+    by_key = {j.key: j for j in ordered}
+    assignments: list[Assignment] = []
+    last = Plan(policy.name, ())
+    turns = 0
+    while ordered and turns < MAX_TURNS:
+        window = fair_window(ordered, list(free.values()), is_aged)
+        last = run_policy(policy, replace(request, idle=tuple(window), slots=tuple(free.values())), settings)
+        turns += 1
+        for a in last.assignments:
+            free[a.slot] = free[a.slot].with_free(free[a.slot].free - assigned_request(by_key[a.job], a))
+        placed = {a.job for a in last.assignments}
+        assignments += last.assignments
+        ordered = [j for j in ordered if j.key not in placed]
+        if not placed:
+            break
+    placed = {a.job for a in assignments}
+    unplaced = tuple(u for u in last.unplaced if u.job not in placed)
+    return Plan(policy.name, tuple(assignments), unplaced, {**last.stats, "fair_share_turns": turns})
 
 
 def running_jobs(state: PoolState) -> tuple[RunningJob, ...]:
@@ -251,7 +354,7 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
     slots = {s.name: s for s in state.slots}
     jobs = sorted((j for j in state.jobs if covered(j)), key=lambda j: j.key)  # the same order from every source
     first_seen = {j.key: memory.first_seen.get(j.key, cycle) for j in jobs}
-    unpins, kept, to_plan = [], [], []
+    unpins, kept, to_plan, refused = [], [], [], {}
     for job in jobs:
         if job.pinned_slot is not None:
             reason = _stale_reason(job, slots, cycle, config.unpin_age_cycles)
@@ -259,26 +362,47 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
                 kept.append(job)
                 continue
             unpins.append(Unpin(job.key, reason))
+            if job.start_refused is not None:
+                refused[job.key] = job.pinned_slot
         to_plan.append(replace(job, pinned_slot=None, pinned_cycle=None))
     # A pinned job whose ad went bad cannot be planned: take its pin away so it is never
-    # left pinned to a slot that cannot run it (it stays untouched otherwise).
+    # left pinned to a slot that cannot run it (it stays untouched otherwise); an idle one
+    # is held with the attribute named, or it would wait for ever.
     unpins += [Unpin(s.job, f"malformed ad: {s.reason}") for s in state.skipped
                if s.job is not None and s.pinned_slot is not None]
+    holds = tuple(Hold(s.job, _hold_reason(s)) for s in state.skipped if s.job is not None and s.idle)
     if config.spread_policy is None:
         to_plan = [j for j in to_plan if j.uses_device]
     enrolls = [Enroll(j.key, j.attributes.get("Requirements")) for j in to_plan if not j.has_pin_clause]
-    free = _reserve(slots, kept, state.jobs)
-    device_jobs = tuple(j for j in to_plan if j.uses_device)
-    device_slots = tuple(s for s in free if s.kind is SlotKind.DEVICE)
+    free = [s for s in _reserve(slots, kept, state.jobs) if s.unavailable is None]
+    running = running_jobs(state)
+    eligible = _without_refused_slot(state.eligible, refused, free)
+    def is_aged(job: Job) -> bool:
+        return cycle - first_seen.get(job.key, cycle) > config.plan.age_limit_cycles
+
+    def offered(jobs: Iterable[Job], kind: SlotKind) -> tuple[tuple[Job, ...], tuple[Slot, ...]]:
+        """The jobs of one kind in fair-share order, and the slots their policy may use."""
+        ordered = fair_order(list(jobs), running, [s for s in state.slots if s.kind is kind], state.user_priorities)
+        return tuple(ordered), tuple(s for s in free if s.kind is kind)
+
+    device_jobs, device_slots = offered((j for j in to_plan if j.uses_device), SlotKind.DEVICE)
     request = PlanRequest(
-        idle=device_jobs, slots=device_slots, running=running_jobs(state),
-        eligible=_with_device_kinds(state.eligible, device_jobs, device_slots), nodes=state.nodes, cycle=cycle,
+        idle=device_jobs, slots=device_slots, running=running,
+        eligible=_with_device_kinds(eligible, device_jobs, device_slots), nodes=state.nodes, cycle=cycle,
         first_seen_cycle=first_seen, profiles=config.profiles, exploration_scales=state.exploration_scales)
-    plans = [run_policy(config.device_policy, request, config.plan)]
+    plans = [plan_in_turns(config.device_policy, request, config.plan, is_aged)]
     if config.spread_policy is not None:
-        spread = replace(request, idle=tuple(j for j in to_plan if j.wants_spread),
-                         slots=tuple(s for s in free if s.kind is SlotKind.SOCKET))
-        plans.append(run_policy(config.spread_policy, spread, config.plan))
+        spread_jobs, socket_slots = offered((j for j in to_plan if j.wants_spread), SlotKind.SOCKET)
+        plans.append(plan_in_turns(config.spread_policy, replace(request, idle=spread_jobs, slots=socket_slots,
+                                                                 eligible=eligible), config.plan, is_aged))
     pins = tuple(_pin_of(a) for p in plans for a in p.assignments)
+    planned = {p.job for p in pins} | {u.job for p in plans for u in p.unplaced}
+    left_out = [Unplaced(j.key, "not offered this cycle: jobs ahead of it in fair-share order take the room")
+                for j in to_plan if j.key not in planned]
+    reasons = {**{u.job: waiting_reason(u) for p in plans for u in p.unplaced},
+               **{u.job: waiting_reason(u) for u in left_out}, **{p.job: pin_reason(p, cycle) for p in pins}}
+    for u in unpins:  # a refused start stays in the user's view until the job is pinned again
+        if u.job in refused and u.job in reasons:
+            reasons[u.job] = f"{u.reason}; now {reasons[u.job]}"
     return CycleDecision(cycle, len(jobs), tuple(Assignment(j.key, j.pinned_slot) for j in kept),  # type: ignore[arg-type]
-                         tuple(unpins), tuple(enrolls), pins, tuple(plans), state.skipped, first_seen)
+                         tuple(unpins), tuple(enrolls), pins, tuple(plans), state.skipped, first_seen, holds, reasons)

@@ -27,6 +27,12 @@ PIN_SCALE_ATTR = "CoSchedPinScale"
 #: the startd's START expression then takes the job only on an idle device (config.d/20), so
 #: HTCondor itself keeps one job per device whatever the sidecar's view of the pool.
 PIN_EXCLUSIVE_ATTR = "CoSchedPinExclusive"
+#: Job attribute holding the time (Unix seconds) the pin was written: a start the execute
+#: node refused at or after it (config.d/20's START) is not tried again on that pin.
+PIN_TIME_ATTR = "CoSchedPinTime"
+#: Job attribute telling the user why the job waits, is pinned or was unpinned
+#: (``condor_q -af CoSchedPinReason``).
+PIN_REASON_ATTR = "CoSchedPinReason"
 #: The clause that makes a co-scheduled job match only the slot its pin names.
 PIN_CLAUSE = f"(TARGET.Name =?= MY.{PIN_SLOT_ATTR})"
 
@@ -115,6 +121,15 @@ class Job:
     requested_runtime_s: int | None = None
     #: The run time a source knows or predicts (the simulator's workload); None on a live pool.
     expected_runtime_s: float | None = None
+    #: Who the job's share is accounted to (the negotiator's submitter: ``AccountingGroup``,
+    #: else ``User``, else the owner), and the user's own order of their jobs (``JobPrio``).
+    submitter: str = ""
+    job_prio: int = 0
+    #: The sidecar's last word to the user (``CoSchedPinReason``), as the ad holds it.
+    pin_reason: str | None = None
+    #: Why the execute node refused to start the job on its current pin (the PREPARE_JOB hook
+    #: sent it back to Idle after the pin was written); None when it did not.
+    start_refused: str | None = None
     attributes: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -159,6 +174,8 @@ class Slot:
     #: Names of the dynamic slots already out of ``free`` (the ad's ``ChildName``); None when
     #: the ad does not say, and then only ``updated_at_s`` tells a stale ad.
     children: tuple[str, ...] | None = None
+    #: Why the slot takes no new job now (draining, Owner state, offline); None when it does.
+    unavailable: str | None = None
 
     def with_free(self, free: Resources) -> Slot:
         return replace(self, free=free)
@@ -172,6 +189,8 @@ class Skipped:
     reason: str
     job: JobKey | None = None
     pinned_slot: str | None = None
+    #: An idle job (the sidecar holds it with ``reason``, or it would never run).
+    idle: bool = False
 
     def __str__(self) -> str:
         return f"{self.what}: {self.reason}"
@@ -241,6 +260,9 @@ class PoolState:
     eligible: Mapping[JobKey, frozenset[str]] = field(default_factory=dict)
     nodes: Mapping[str, NodeMeasurements] = field(default_factory=dict)
     exploration_scales: Mapping[str, int] = field(default_factory=dict)
+    #: The negotiator's effective priority of each submitter (lower is better, HTCondor's
+    #: convention); a submitter missing from it has the default, 0.5.
+    user_priorities: Mapping[str, float] = field(default_factory=dict)
 
     def idle_jobs(self) -> tuple[Job, ...]:
         return tuple(j for j in self.jobs if j.is_idle)

@@ -5,8 +5,9 @@ Collector and Schedd objects.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping
 import classad2
 import htcondor2
 
@@ -19,8 +20,10 @@ from condor_sched.model import (
     PIN_LLC_WAYS_ATTR,
     PIN_MEM_BW_ATTR,
     PIN_ORIGINAL_ATTR,
+    PIN_REASON_ATTR,
     PIN_SCALE_ATTR,
     PIN_SLOT_ATTR,
+    PIN_TIME_ATTR,
     JobKey,
     PoolState,
 )
@@ -39,7 +42,9 @@ def covered_jobs() -> str:
 _JOB_ATTRS = [
     "ClusterId", "ProcId", "GlobalJobId", "Owner", "JobStatus", "QDate", "Cmd", "Requirements",
     "RequestCpus", "RequestMemory", "RequestLLCWays", "RequestMemBW", "CoSchedProgram", "CoSchedAlpha", "RemoteHost", "JobCurrentStartDate", "AllowedExecuteDuration", "MemoryUsage", "ImageSize",
+    "User", "AccountingGroup", "JobPrio", "VacateReason", "VacateReasonCode", "EnteredCurrentStatus",
     PIN_SLOT_ATTR, PIN_CYCLE_ATTR, PIN_ORIGINAL_ATTR, PIN_LLC_WAYS_ATTR, PIN_MEM_BW_ATTR, PIN_SCALE_ATTR,
+    PIN_TIME_ATTR, PIN_REASON_ATTR,
 ]
 
 
@@ -117,6 +122,32 @@ def last_negotiation_cycle_end() -> int | None:
     return max(ends) if ends else None
 
 
+def running_sidecars() -> list[str]:
+    """Names (and hosts) of the sidecars whose collector ads are alive and which edit jobs
+    (a dry run edits nothing); the collector drops an ad past its ClassAdLifetime."""
+    try:
+        ads = _collector().query(htcondor2.AdType.Generic, 'MyType == "CoSchedSidecar"',
+                                 ["Name", "Machine", "CoSchedDryRun", "CoSchedPid"])
+    except Exception as e:
+        raise PoolUnreachable(f"cannot query the collector: {e}") from None
+    return [f"{ad.get('Name', '?')} (pid {ad.get('CoSchedPid', '?')})" for ad in ads if ad.get("CoSchedDryRun") is not True]
+
+
+def enrolled_jobs() -> list[tuple[JobKey, str]]:
+    """Every job of every schedd that carries a saved original Requirements (enrolled by the
+    transform or the sidecar), with that original: what ``condor-sched release`` restores."""
+    out = []
+    for ad in schedd_ads():
+        name = ad.get("Name", "?")
+        try:
+            ads = htcondor2.Schedd(ad).query(f"{PIN_ORIGINAL_ATTR} =!= undefined",
+                                             ["ClusterId", "ProcId", PIN_ORIGINAL_ATTR])
+        except Exception as e:
+            raise PoolUnreachable(f"schedd {name!r} did not answer: {e}") from None
+        out += [(JobKey(name, a["ClusterId"], a["ProcId"]), str(a.lookup(PIN_ORIGINAL_ATTR))) for a in ads]
+    return out
+
+
 class JobEditor:
     """Per-job edits, each atomic on its own (htcondor2 has no multi-job transaction).
 
@@ -139,17 +170,27 @@ class JobEditor:
             raise LookupError(f"job {job} is gone")
 
     def pin(self, job: JobKey, slot: str, cycle: int, details: Mapping[str, int] | None = None) -> None:
-        # The cycle and a spread proc's ways/bandwidth first: alone they change nothing
-        # about matching. The slot last: that one edit pins the job.
+        # The cycle, the time and a spread proc's ways/bandwidth first: alone they change
+        # nothing about matching. The slot last: that one edit pins the job.
         self._edit(job, PIN_CYCLE_ATTR, str(cycle))
+        self._edit(job, PIN_TIME_ATTR, str(int(time.time())))
         for attr, value in (details or {}).items():
             self._edit(job, attr, str(int(value)))
         self._edit(job, PIN_SLOT_ATTR, classad2.quote(slot))
 
     def unpin(self, job: JobKey) -> None:
         self._edit(job, PIN_SLOT_ATTR, "undefined")
-        for attr in (PIN_CYCLE_ATTR, PIN_LLC_WAYS_ATTR, PIN_MEM_BW_ATTR, PIN_SCALE_ATTR, PIN_EXCLUSIVE_ATTR):
+        for attr in (PIN_CYCLE_ATTR, PIN_TIME_ATTR, PIN_LLC_WAYS_ATTR, PIN_MEM_BW_ATTR, PIN_SCALE_ATTR,
+                     PIN_EXCLUSIVE_ATTR):
             self._edit(job, attr, "undefined")
+
+    def tell(self, schedd: str, jobs: Iterable[JobKey], reason: str) -> None:
+        """Set ``CoSchedPinReason`` of ``jobs`` (all of ``schedd``) in one call."""
+        self._schedd(schedd).edit([j.job_id for j in jobs], PIN_REASON_ATTR, classad2.quote(reason))
+
+    def hold(self, job: JobKey, reason: str) -> None:
+        """Put an idle job on hold with ``reason`` as its HoldReason (``condor_release`` undoes it)."""
+        self._schedd(job.schedd).act(htcondor2.JobAction.Hold, [job.job_id], reason)
 
     def enroll(self, job: JobKey, requirements: str | None) -> None:
         """Give a job submitted without the schedd transform the pin clause: save the
@@ -159,7 +200,8 @@ class JobEditor:
         self._edit(job, "Requirements", f"({original}) && {PIN_CLAUSE}")
 
     def release(self, job: JobKey, original: str | None) -> None:
-        """Undo enrollment: unpin, then restore the saved Requirements."""
+        """Undo enrollment: unpin, then restore the saved Requirements and drop the reason."""
         self.unpin(job)
         if original:
             self._edit(job, "Requirements", original)
+        self._edit(job, PIN_REASON_ATTR, "undefined")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping, Protocol
+from typing import Callable, Iterable, Mapping, Protocol
 
 from condor_sched.cycle import CycleConfig, CycleDecision, CycleMemory, Pin, covered, decide_cycle
 from condor_sched.model import (
@@ -40,6 +40,8 @@ class Editor(Protocol):
     def pin(self, job: JobKey, slot: str, cycle: int, details: Mapping[str, int] | None = None) -> None: ...
     def unpin(self, job: JobKey) -> None: ...
     def enroll(self, job: JobKey, requirements: str | None) -> None: ...
+    def hold(self, job: JobKey, reason: str) -> None: ...
+    def tell(self, schedd: str, jobs: Iterable[JobKey], reason: str) -> None: ...
 
 
 @dataclass
@@ -47,18 +49,34 @@ class CycleOutcome:
     pinned: int = 0
     unpinned: int = 0
     enrolled: int = 0
+    held: int = 0
+    told: int = 0
     failed: list[str] = field(default_factory=list)
 
 
-def apply_cycle(decision: CycleDecision, editor: Editor) -> CycleOutcome:
-    """Unpin, enroll, then pin; one failing job is logged and the rest go on."""
+def reasons_to_write(decision: CycleDecision, current: Mapping[JobKey, str | None]) -> dict[tuple[str, str], list[JobKey]]:
+    """The ``CoSchedPinReason`` edits a cycle needs: jobs whose reason changed, grouped by
+    schedd and text (one edit each)."""
+    out: dict[tuple[str, str], list[JobKey]] = {}
+    for job, reason in sorted(decision.reasons.items()):
+        if current.get(job) != reason:
+            out.setdefault((job.schedd, reason), []).append(job)
+    return out
+
+
+def apply_cycle(decision: CycleDecision, editor: Editor,
+                current_reasons: Mapping[JobKey, str | None] | None = None) -> CycleOutcome:
+    """Unpin, hold, enroll, pin, then tell the changed reasons; one failing job is logged and
+    the rest go on."""
     outcome = CycleOutcome()
+    failed_jobs: set[JobKey] = set()
 
     def attempt(job: JobKey, what: str, action: Callable[[], None]) -> bool:
         try:
             action()
             return True
         except Exception as e:  # one job's failure must not stop the cycle
+            failed_jobs.add(job)
             outcome.failed.append(f"{what} {job}: {e}")
             log.warning("could not %s job %s: %s", what, job, e)
             return False
@@ -67,6 +85,10 @@ def apply_cycle(decision: CycleDecision, editor: Editor) -> CycleOutcome:
         if attempt(u.job, "unpin", lambda u=u: editor.unpin(u.job)):
             outcome.unpinned += 1
             log.info("unpinned %s: %s", u.job, u.reason)
+    for h in decision.holds:
+        if attempt(h.job, "hold", lambda h=h: editor.hold(h.job, h.reason)):
+            outcome.held += 1
+            log.info("held %s: %s", h.job, h.reason)
     enrolled_ok = set()
     for e in decision.enrolls:
         if attempt(e.job, "enroll", lambda e=e: editor.enroll(e.job, e.requirements)):
@@ -79,6 +101,10 @@ def apply_cycle(decision: CycleDecision, editor: Editor) -> CycleOutcome:
         if attempt(p.job, "pin", lambda p=p: editor.pin(p.job, p.slot, decision.cycle, pin_details(p))):
             outcome.pinned += 1
             log.info("pinned %s to %s", p.job, p.slot)
+    for (schedd, reason), jobs in reasons_to_write(decision, current_reasons or {}).items():
+        jobs = [j for j in jobs if j not in failed_jobs]  # a pin that failed is no pin to tell of
+        if jobs and attempt(jobs[0], f"tell {len(jobs)} job(s) of", lambda: editor.tell(schedd, jobs, reason)):
+            outcome.told += len(jobs)
     return outcome
 
 
@@ -96,6 +122,7 @@ class SidecarCycle:
         d = self.decision
         return {"Cycle": d.cycle, "IdleJobs": d.seen, "PinsKept": len(d.kept), "Pinned": self.outcome.pinned,
                 "Unpinned": self.outcome.unpinned, "Unplaced": len(d.unplaced), "Skipped": len(d.skipped),
+                "Held": self.outcome.held,
                 "FailedEdits": len(self.outcome.failed)}
 
 
@@ -135,11 +162,12 @@ class Sidecar:
                 log.info("dry run: would unpin %s (%s)", u.job, u.reason)
             outcome = CycleOutcome()
         else:
-            outcome = apply_cycle(decision, self.editor)
+            outcome = apply_cycle(decision, self.editor, {j.key: j.pin_reason for j in state.jobs})
         seconds = time.perf_counter() - started
         log.info("cycle %d: %d idle co-scheduled jobs seen, %d pins kept, %d pinned, %d unpinned, "
-                 "%d enrolled, %d unplaced, %d skipped, %d failed edits, %.3f s",
+                 "%d enrolled, %d held, %d unplaced, %d skipped, %d reasons told, %d failed edits, %.3f s",
                  decision.cycle, decision.seen, len(decision.kept), outcome.pinned, outcome.unpinned,
-                 outcome.enrolled, len(decision.unplaced), len(decision.skipped), len(outcome.failed), seconds)
+                 outcome.enrolled, outcome.held, len(decision.unplaced), len(decision.skipped), outcome.told,
+                 len(outcome.failed), seconds)
         self.memory = decision.next_memory()
         return SidecarCycle(decision, outcome, seconds)

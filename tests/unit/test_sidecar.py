@@ -109,6 +109,15 @@ class RecordingEditor:
         self._check(job)
         self.attrs.setdefault(job, {}).update(CoSchedPinOriginalRequirements=requirements)
 
+    def hold(self, job, reason):
+        self._check(job)
+        self.attrs.setdefault(job, {}).update(HoldReason=reason)
+
+    def tell(self, schedd, jobs, reason):
+        for job in jobs:
+            self._check(job)
+            self.attrs.setdefault(job, {}).update(CoSchedPinReason=reason)
+
 
 def test_one_failing_job_does_not_stop_the_cycle_and_an_unenrolled_job_is_never_pinned():
     jobs = (device_job(1, has_pin_clause=False), device_job(2), device_job(3))
