@@ -280,7 +280,7 @@ def pin_reason(pin: Pin, cycle: int) -> str:
 
 
 def waiting_reason(unplaced: Unplaced) -> str:
-    return f"waiting for room: {unplaced.reason}"
+    return f"waiting: {unplaced.reason}"
 
 
 def _without_refused_slot(eligible: Mapping[JobKey, frozenset[str]], refused: Mapping[JobKey, str],

@@ -5,13 +5,14 @@ Collector and Schedd objects.
 """
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass
-from typing import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable, Mapping
 import classad2
 import htcondor2
 
-from condor_sched.classads import state_from_ads
+from condor_sched.classads import start_references, state_from_ads
 from condor_sched.device_kinds import device_kinds
 from condor_sched.model import (
     PIN_CLAUSE,
@@ -27,6 +28,9 @@ from condor_sched.model import (
     JobKey,
     PoolState,
 )
+
+log = logging.getLogger("condor_sched.pool")
+
 
 def job_projection() -> list[str]:
     """Job attributes the planners read (every device kind's requests); live queries project on these."""
@@ -78,8 +82,16 @@ def schedd(name: str) -> htcondor2.Schedd:
     raise PoolUnreachable(f"schedd {name!r} is not known to the collector")
 
 
-def read_ads(job_constraint: str = "true", projection: list[str] | None = None) -> LiveAds:
-    """Job ads of every schedd the collector knows, and every startd slot ad."""
+def read_ads(job_constraint: str = "true", projection: list[str] | None = None,
+             more_job_attrs: Callable[[list[classad2.ClassAd]], Iterable[str]] | None = None) -> LiveAds:
+    """Every startd slot ad, then the job ads of every schedd the collector knows (projected
+    on ``projection`` and on what ``more_job_attrs`` asks of the slot ads; empty: full ads)."""
+    try:
+        slots = list(_collector().query(htcondor2.AdType.Startd))
+    except Exception as e:
+        raise PoolUnreachable(f"cannot query startd ads: {e}") from None
+    if projection and more_job_attrs is not None:
+        projection = sorted({*projection, *more_job_attrs(slots)})
     jobs: dict[str, list[classad2.ClassAd]] = {}
     for ad in schedd_ads():
         name = ad.get("Name", "?")
@@ -87,10 +99,6 @@ def read_ads(job_constraint: str = "true", projection: list[str] | None = None) 
             jobs[name] = list(htcondor2.Schedd(ad).query(job_constraint, projection or []))
         except Exception as e:
             raise PoolUnreachable(f"schedd {name!r} did not answer: {e}") from None
-    try:
-        slots = list(_collector().query(htcondor2.AdType.Startd))
-    except Exception as e:
-        raise PoolUnreachable(f"cannot query startd ads: {e}") from None
     return LiveAds(jobs, slots)
 
 
@@ -99,8 +107,49 @@ def ads_to_state(ads: LiveAds) -> PoolState:
 
 
 def read_state() -> PoolState:
-    """The co-scheduled jobs (all statuses) and the partitionable slots, as records."""
-    return ads_to_state(read_ads(covered_jobs(), job_projection()))
+    """The co-scheduled jobs (all statuses) and the partitionable slots, as records, with the
+    submitters' priorities. Jobs are projected on what the planners and the slots' START
+    read; a job whose projected ad does not parse is read again in full (its request may
+    refer to an attribute outside the projection) before it counts as malformed."""
+    ads = read_ads(covered_jobs(), job_projection(), start_references)
+    state = ads_to_state(ads)
+    again = [s.job for s in state.skipped if s.job is not None and (s.idle or s.pinned_slot)]
+    if again:
+        full = _full_job_ads(again)
+        ads = LiveAds({name: [full.get((name, a.get("ClusterId"), a.get("ProcId")), a) for a in job_ads]
+                       for name, job_ads in ads.jobs.items()}, ads.slots)
+        state = ads_to_state(ads)
+    return replace(state, user_priorities=user_priorities())
+
+
+def _full_job_ads(keys: list[JobKey]) -> dict[tuple[str, int, int], classad2.ClassAd]:
+    out = {}
+    for name in sorted({k.schedd for k in keys}):
+        ids = [k.job_id for k in keys if k.schedd == name]
+        try:
+            ads = schedd(name).query(" || ".join(f"(ClusterId == {i.split('.')[0]} && ProcId == {i.split('.')[1]})"
+                                                 for i in ids))
+        except Exception:  # the projected ads stand; their jobs stay skipped
+            continue
+        out.update({(name, a.get("ClusterId"), a.get("ProcId")): a for a in ads})
+    return out
+
+
+def user_priorities() -> dict[str, float]:
+    """Effective user priority of each submitter (``condor_userprio``), from the negotiator;
+    empty (every submitter equal) when no negotiator answers."""
+    try:
+        negotiators = list(_collector().locateAll(htcondor2.DaemonType.Negotiator))
+        ads = htcondor2.Negotiator(negotiators[0]).getPriorities() if negotiators else []
+    except Exception as e:
+        log.debug("no user priorities from the negotiator: %s", e)
+        return {}
+    out = {}
+    for ad in ads:
+        name, priority = ad.get("Name"), ad.get("Priority")
+        if isinstance(name, str) and isinstance(priority, (int, float)) and priority > 0:
+            out[name] = float(priority)
+    return out
 
 
 def advertise(ad: classad2.ClassAd, command: str) -> None:

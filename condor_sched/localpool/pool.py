@@ -32,6 +32,8 @@ class PoolSettings:
     workdir: Path = DEFAULT_WORKDIR
     user: str = "alice"
     uid: int = 2001
+    #: A second submitting user (fair share, several users' jobs), uid + 1.
+    second_user: str = "bob"
     admin_user: str = "condor"
     hooks_dir: Path = field(default_factory=resources.node_hooks_dir)
     config_d: Path = field(default_factory=resources.config_d_dir)
@@ -238,6 +240,7 @@ def up(inventory_path: str | Path | None = None, workdir: str | Path | None = No
     root = settings.root
     try:
         chroot.ensure_user(root, settings.user, settings.uid)
+        chroot.ensure_user(root, settings.second_user, settings.uid + 1)
         settings.workdir.mkdir(parents=True, exist_ok=True)
         settings.workdir.chmod(0o1777)
         chroot.mount_root(root)
@@ -258,7 +261,7 @@ def up(inventory_path: str | Path | None = None, workdir: str | Path | None = No
         log.error("pool up failed; stopping what was started")
         down(settings)
         raise
-    clients = {u: client_config_path(u, settings) for u in (settings.user, settings.admin_user)}
+    clients = {u: client_config_path(u, settings) for u in (settings.user, settings.second_user, settings.admin_user)}
     return PoolInfo(root=root, workdir=settings.workdir, domain=config.DOMAIN, user=settings.user,
                     admin_user=settings.admin_user, client_configs=clients,
                     nodes=tuple(n.name for n in inventory.nodes), slot_names=tuple(expected),

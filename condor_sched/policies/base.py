@@ -116,7 +116,7 @@ def run_policy(policy: Policy, request: PlanRequest, settings: PlanSettings) -> 
     for allowed, jobs in ordered:
         slots = tuple(s for n, s in free.items() if allowed is None or n in allowed)
         if not slots:
-            unplaced += [Unplaced(j.key, "no slot satisfies the job's Requirements") for j in jobs]
+            unplaced += [Unplaced(j.key, "no slot accepts it: its Requirements or the slots' START refuse every slot") for j in jobs]
             continue
         part = policy.plan(replace(request, idle=tuple(jobs), slots=slots, eligible={}), settings)
         for a in part.assignments:

@@ -22,6 +22,14 @@ import pytest
 from condor_sched import localpool
 from condor_sched.localpool import chroot
 
+_SUBMIT = """
+import json, sys
+import htcondor2
+schedd = htcondor2.Schedd(htcondor2.Collector().query(htcondor2.AdTypes.Schedd)[0])
+description, items = json.loads(sys.stdin.read())
+print(schedd.submit(htcondor2.Submit(description), itemdata=iter(items)).cluster())
+"""
+
 _ADMIN_EDIT = """
 import json, sys
 import htcondor2
@@ -52,11 +60,13 @@ class PoolHandle:
 
         return htcondor2.Schedd(htcondor2.Collector().query(htcondor2.AdTypes.Schedd)[0])
 
-    def job_dir(self) -> Path:
-        """A fresh directory in the shared workdir, owned by the submitting user."""
+    def job_dir(self, user: str | None = None) -> Path:
+        """A fresh directory in the shared workdir, owned by the submitting user (or ``user``:
+        alice or the second user, bob)."""
+        uid = self.settings.uid + (1 if user == self.settings.second_user else 0)
         d = self.info.workdir / f"test-{uuid.uuid4().hex[:8]}"
         d.mkdir()
-        os.chown(d, self.settings.uid, self.settings.uid)
+        os.chown(d, uid, uid)
         return d
 
     def submit(self, **description: str) -> int:
@@ -68,6 +78,14 @@ class PoolHandle:
                 "should_transfer_files": "YES", "output": "out", "error": "err", "log": "log",
                 **description}
         return self.schedd().submit(htcondor2.Submit(desc)).cluster()
+
+    def submit_as(self, user: str, description: dict[str, str], items: list[dict[str, str]]) -> int:
+        """Submit one cluster (one job per item row) as ``user``, in a child process; its cluster id."""
+        out = subprocess.run([sys.executable, "-c", _SUBMIT], input=json.dumps([description, items]),
+                             env={**os.environ, **self.env(user)}, capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            raise RuntimeError(f"submit as {user} failed: {out.stderr.strip()[-500:]}")
+        return int(out.stdout.strip())
 
     def admin_edit(self, job_id: str, attr: str, value: str) -> int:
         """``Schedd.edit`` as the queue super user (``condor``), in a child process."""

@@ -109,9 +109,9 @@ def test_every_idle_covered_job_gets_a_reason_and_only_changed_reasons_are_writt
     jobs = (device_job(1, mem=6000), device_job(2, mem=6000), device_job(3, mem=6000))
     d = decide(PoolState(jobs, (slot("slotA"), slot("slotB"))), 4, FirstFit())
     assert set(d.reasons) == {j.key for j in jobs}
-    assert d.reasons[jobs[2].key] == "waiting for room: no room"
+    assert d.reasons[jobs[2].key] == "waiting: no room"
     assert d.reasons[jobs[0].key].startswith("pinned to slotA in cycle 4")
-    current = {jobs[2].key: "waiting for room: no room"}
+    current = {jobs[2].key: "waiting: no room"}
     edits = reasons_to_write(d, current)
     assert sorted(k.proc for js in edits.values() for k in js) == [1, 2] and len(edits) == 2
     editor = RecordingEditor()
