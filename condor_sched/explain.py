@@ -50,12 +50,12 @@ def _slot_verdict(job: Job, slot: Slot, free: Slot | None, eligible: frozenset[s
     dims = ("device_memory_mb", "device_threads", "cpus", "memory_mb") if slot.kind is SlotKind.DEVICE else ("cpus", "memory_mb")
     if slot.unavailable:
         return f"takes no new job: it {slot.unavailable}"
-    if eligible is not None and slot.name not in eligible:
-        return "refused: the job's Requirements or the slot's START do not accept it there"
     short = [d for d in dims if getattr(job.request, d) > getattr(slot.total, d)]
     if short:
         return "too small even when empty: " + ", ".join(
             f"{d} {getattr(job.request, d)} > {getattr(slot.total, d)}" for d in short)
+    if eligible is not None and slot.name not in eligible:
+        return "refused: the job's Requirements or the slot's START do not accept it there"
     room = free.free if free is not None else slot.free
     short = [d for d in dims if getattr(job.request, d) > getattr(room, d)]
     if short:

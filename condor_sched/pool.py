@@ -239,7 +239,9 @@ class JobEditor:
 
     def hold(self, job: JobKey, reason: str) -> None:
         """Put an idle job on hold with ``reason`` as its HoldReason (``condor_release`` undoes it)."""
-        self._schedd(job.schedd).act(htcondor2.JobAction.Hold, [job.job_id], reason)
+        # htcondor2 25.14 drops a plain-string reason (HoldReason stays empty); a
+        # (reason, code) tuple reaches the schedd.
+        self._schedd(job.schedd).act(htcondor2.JobAction.Hold, [job.job_id], (reason, 0))
 
     def enroll(self, job: JobKey, requirements: str | None) -> None:
         """Give a job submitted without the schedd transform the pin clause: save the

@@ -116,7 +116,9 @@ def run_policy(policy: Policy, request: PlanRequest, settings: PlanSettings) -> 
     for allowed, jobs in ordered:
         slots = tuple(s for n, s in free.items() if allowed is None or n in allowed)
         if not slots:
-            unplaced += [Unplaced(j.key, "no slot accepts it: its Requirements or the slots' START refuse every slot") for j in jobs]
+            unplaced += [Unplaced(j.key, too_large_reason(j, request.slots)
+                                  or "no slot accepts it: its Requirements or the slots' START refuse every slot")
+                         for j in jobs]
             continue
         part = policy.plan(replace(request, idle=tuple(jobs), slots=slots, eligible={}), settings)
         for a in part.assignments:
@@ -126,6 +128,25 @@ def run_policy(policy: Policy, request: PlanRequest, settings: PlanSettings) -> 
         unplaced += part.unplaced
         stats.update(part.stats)
     return Plan(policy.name, tuple(assignments), tuple(unplaced), stats)
+
+
+_AMOUNTS = (("device_memory_mb", "MB device memory"), ("device_threads", "device threads"), ("cpus", "cpus"),
+            ("memory_mb", "MB memory"), ("llc_ways", "LLC ways"), ("mem_bw_gbs", "GB/s memory bandwidth"))
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
+
+
+def too_large_reason(job: Job, slots: Sequence[Slot]) -> str | None:
+    """Why no slot of ``slots`` could hold ``job`` even empty (its requests against the
+    largest totals), or None."""
+    parts = []
+    for attr, label in _AMOUNTS:
+        largest = max((getattr(s.total, attr) for s in slots), default=0)
+        if getattr(job.request, attr) > largest:
+            parts.append(f"needs {_number(getattr(job.request, attr))} {label}, the largest slot has {_number(largest)}")
+    return "; ".join(parts) or None
 
 
 _REGISTRY: dict[str, Callable[[], Policy]] = {}
