@@ -8,9 +8,11 @@ say how HTCondor sees the kind (the partitionable slot's custom resources ``<mem
 and ``<compute_attr>``, which jobs request as ``request_<attr>``, and the slot attribute
 naming the device), how discovery finds a device, and how the node side enforces a share:
 the environment the PREPARE_JOB hook gives the job (templates over ``{compute}``,
-``{cores}``, ``{first_core}``, ``{last_core}``, ``{compute_per_core}``, ``{device}``,
-``{device_index}``) on a core range of ``ceil(compute / compute_per_core)`` cores, and the
-node agent stopping a job over its memory request. The node side gets the record through
+``{cores}``, ``{core_list}``, ``{unit_list}``, ``{cpu_list}``, ``{compute_per_core}``,
+``{device}``, ``{device_index}``) on the ``compute`` units it places the job on (whole free
+cores first, not necessarily contiguous; unit u is thread u % compute_per_core of core
+u // compute_per_core and logical CPU ``cpu_offset`` + u of the device's OS), and the node
+agent stopping a job over its memory request. The node side gets the record through
 its node config (:meth:`DeviceKind.to_node_json`), written by root, never by a job.
 
 Adding a kind is registering one record (:func:`register_device_kind`); the ClassAd
@@ -26,8 +28,8 @@ _ATTR = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,63}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 #: The placeholders an environment template may use (the hook fills them with numbers and
 #: the validated device name).
-TEMPLATE_FIELDS = frozenset({"compute", "cores", "first_core", "last_core", "compute_per_core", "device",
-                             "device_index"})
+TEMPLATE_FIELDS = frozenset({"compute", "cores", "core_list", "unit_list", "cpu_list", "compute_per_core",
+                             "device", "device_index"})
 
 
 class DeviceKindError(ValueError):
@@ -48,6 +50,7 @@ class DeviceKind:
     discovery: str = "inventory"
     environment: tuple[tuple[str, str], ...] = ()
     stop_over_memory: bool = True
+    cpu_offset: int = 0
 
     def __post_init__(self) -> None:
         if not re.match(r"^[a-z][a-z0-9-]{0,31}$", self.name):
@@ -57,6 +60,8 @@ class DeviceKind:
                 raise DeviceKindError(f"device kind {self.name}: {attr!r} is not a ClassAd attribute name")
         if self.compute_per_core < 1:
             raise DeviceKindError(f"device kind {self.name}: compute_per_core must be >= 1")
+        if not 0 <= self.cpu_offset <= 1024:
+            raise DeviceKindError(f"device kind {self.name}: cpu_offset must be in [0, 1024]")
         for env, template in self.environment:
             fields = set(re.findall(r"{(\w*)}", template))
             if not _ENV_NAME.match(env) or not fields <= TEMPLATE_FIELDS:
@@ -76,19 +81,23 @@ class DeviceKind:
         return {"name": self.name, "memory_attr": self.memory_attr, "compute_attr": self.compute_attr,
                 "device_name_attr": self.device_name_attr, "compute_per_core": self.compute_per_core,
                 "discovery": self.discovery, "environment": [list(e) for e in self.environment],
-                "stop_over_memory": self.stop_over_memory}
+                "stop_over_memory": self.stop_over_memory, "cpu_offset": self.cpu_offset}
 
 
-#: Intel Xeon Phi (paper 002): device memory and hardware threads (4 a core), offloads
-#: capped and placed on a core range through Intel's OpenMP variables, found by ``micinfo``.
+#: Intel Xeon Phi (paper 002): device memory and hardware threads (4 a core), found by
+#: ``micinfo``. An offload gets exactly its threads: OpenMP thread caps and an explicit list
+#: of their logical CPUs on the card (``granularity=fine,explicit,proclist=[...]``, ``MIC_``
+#: variables forwarded without the prefix). Logical CPU 0 (and the last three) sit on the
+#: card's last core, which its OS keeps; core c's threads are CPUs 1+4c .. 4+4c: cpu_offset 1.
 #: Threads may be overcommitted in what-if plans (COSMIC serialises offloads, Section IV-D2).
 PHI = DeviceKind(
     name="phi", memory_attr="PhiMemory", compute_attr="PhiThreads", device_name_attr="PhiDeviceName",
     compute_unit="hardware threads", compute_per_core=4, compute_overcommit=True, discovery="micinfo",
+    cpu_offset=1,
     environment=(("OMP_NUM_THREADS", "{compute}"), ("MIC_ENV_PREFIX", "MIC"), ("MIC_OMP_NUM_THREADS", "{compute}"),
-                 ("MIC_KMP_PLACE_THREADS", "{cores}c,{compute_per_core}t,{first_core}o"),
-                 ("MIC_KMP_AFFINITY", "granularity=fine,compact"), ("COSCHED_DEVICE", "{device}"),
-                 ("COSCHED_DEVICE_CORES", "{first_core}-{last_core}"), ("OFFLOAD_DEVICES", "{device_index}")))
+                 ("MIC_KMP_AFFINITY", "granularity=fine,explicit,proclist=[{cpu_list}]"),
+                 ("COSCHED_DEVICE", "{device}"), ("COSCHED_DEVICE_CORES", "{core_list}"),
+                 ("COSCHED_DEVICE_THREADS", "{unit_list}"), ("OFFLOAD_DEVICES", "{device_index}")))
 
 _KINDS: dict[str, DeviceKind] = {}
 

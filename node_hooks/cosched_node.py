@@ -23,7 +23,8 @@ or ``state_dir`` in the node config, or ``$COSCHED_STATE_DIR``)::
     DIR/spread/<request file name>  root, 0644  the agent's watch of a running spread job
                           (co-runners seen on its socket slot, perf samples) for its run record.
     DIR/agent.heartbeat  root, 0644   rewritten every agent interval (the cron checks its age).
-    DIR/hooks.log        root, 0622   the hook appends its reasons here (holds show no stderr).
+    DIR/hooks.log        root, 0622   the hook appends every start and refusal here (the job
+                          sees a refusal's short reason in HoldReason / VacateReason).
     DIR/agent.log        root, 0644   the agent's own log.
 
 A request is live while its starter (the hook's parent process) is alive with the start
@@ -46,17 +47,34 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 # ---------------------------------------------------------------------------------------
-# Exit codes (documented; the PREPARE_JOB hook's code becomes HoldReasonSubCode).
+# Exit codes (documented), and the HookStatusCode the PREPARE_JOB hook prints with each.
+# HTCondor 25 takes HookStatusCode from the hook's stdout over its exit status: 1-299 hold
+# the job (HoldReasonCode 19, HoldReasonSubCode = the code), 300 or more send it back to
+# Idle (VacateReasonCode 1007, VacateReasonSubCode = the code); HookStatusMessage becomes
+# the HoldReason / VacateReason and goes to the job's event log.
 EXIT_OK = 0
 EXIT_INTERNAL = 1          # unexpected error (logged without traceback)
 EXIT_BAD_CONFIG = 2        # node config missing / invalid, or bad command line
-EXIT_OVERSUBSCRIBED = 3    # start refused: device memory, threads or cores would be oversubscribed
+EXIT_OVERSUBSCRIBED = 3    # start refused: device memory or compute would be oversubscribed
 EXIT_BAD_AD = 4            # job ad or machine ad malformed / hostile
 EXIT_NO_STATE = 5          # the agent's state dir is missing, unsafe, locked or unwritable
 
+#: The hook's HookStatusCode for each exit code: a refusal a new plan can fix (the device
+#: is full given its live co-runners; the agent's state is unavailable) sends the job back to
+#: Idle (>= 300); one no plan fixes holds it with the exit code as HoldReasonSubCode.
+HOOK_IDLE_MIN = 300
+HOOK_STATUS = {EXIT_INTERNAL: EXIT_INTERNAL, EXIT_BAD_CONFIG: EXIT_BAD_CONFIG, EXIT_BAD_AD: EXIT_BAD_AD,
+               EXIT_OVERSUBSCRIBED: HOOK_IDLE_MIN + EXIT_OVERSUBSCRIBED,
+               EXIT_NO_STATE: HOOK_IDLE_MIN + EXIT_NO_STATE}
+#: HTCondor's VacateReasonCode when a PREPARE_JOB hook sends a job back to Idle
+#: (CONDOR_HOLD_CODE::StarterError; config.d/20-cosched-startd.conf matches on it).
+VACATE_CODE_STARTER_ERROR = 1007
+MAX_HOOK_MESSAGE = 240
+
 THREADS_PER_PHI_CORE = 4
 MAX_AD_BYTES = 1 << 20
-MAX_REQUEST_BYTES = 4096
+MAX_REQUEST_BYTES = 1 << 16  # a device request lists its units as ranges
+MAX_UNITS = 100000           # compute units (hardware threads) of one device, at most
 MAX_INT = 10 ** 12
 
 DEFAULT_STATE_ROOT = "/var/lib/condor_sched"
@@ -249,6 +267,13 @@ def format_value(value: Any) -> str:
     raise TypeError(f"cannot format {type(value).__name__} as a ClassAd value")
 
 
+def hook_message(text: str) -> str:
+    """``text`` made fit for a ``HookStatusMessage`` users read in HoldReason / VacateReason:
+    printable ASCII without backslashes (quotes are escaped by :func:`format_line`), short."""
+    safe = "".join(ch if 32 <= ord(ch) < 127 and ch != "\\" else "?" for ch in text)
+    return safe if len(safe) <= MAX_HOOK_MESSAGE else safe[:MAX_HOOK_MESSAGE - 3] + "..."
+
+
 def format_line(attr: str, value: Any) -> str:
     if not ATTR_RE.match(attr):
         raise ValueError(f"bad attribute name {attr!r}")
@@ -261,15 +286,16 @@ def format_line(attr: str, value: Any) -> str:
 KIND_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 KIND_ATTR_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,63}$")
 TEMPLATE_RE = re.compile(r"^[\x20-\x7e]{0,256}$")
-TEMPLATE_FIELDS = frozenset({"compute", "cores", "first_core", "last_core", "compute_per_core", "device",
-                             "device_index"})
+TEMPLATE_FIELDS = frozenset({"compute", "cores", "core_list", "unit_list", "cpu_list", "compute_per_core",
+                             "device", "device_index"})
 
 
 @dataclass(frozen=True)
 class DeviceKindConfig:
     """A device kind's record as the node config carries it (``condor_sched.device_kinds``):
-    the attributes naming its memory, compute and device, its compute units per core, and
-    the environment templates the PREPARE_JOB hook fills."""
+    the attributes naming its memory, compute and device, its compute units per core, the
+    device OS's logical CPU number of compute unit 0 (``cpu_offset``), and the environment
+    templates the PREPARE_JOB hook fills."""
     name: str
     memory_attr: str
     compute_attr: str
@@ -277,12 +303,20 @@ class DeviceKindConfig:
     compute_per_core: int
     environment: Tuple[Tuple[str, str], ...]
     discovery: str = "inventory"
+    cpu_offset: int = 0
 
-    def job_environment(self, device: str, compute: int, first_core: int, cores: int) -> List[Tuple[str, str]]:
-        """The filled templates; a variable whose template needs a device index the device
-        name does not end with is left out."""
+    def job_environment(self, device: str, compute: int, units: "Units") -> List[Tuple[str, str]]:
+        """The filled templates for a job placed on ``units`` (sorted half-open ranges of the
+        device's compute units; unit u is thread u % compute_per_core of core
+        u // compute_per_core, logical CPU cpu_offset + u of the device's OS).  Fields:
+        ``{compute}`` units, ``{cores}`` cores touched, ``{core_list}``, ``{unit_list}``,
+        ``{cpu_list}`` as ``a-b,c`` lists, ``{compute_per_core}``, ``{device}``,
+        ``{device_index}``.  A variable whose template needs a device index the device name
+        does not end with is left out."""
         index = re.search(r"(\d{1,6})$", device)
-        values = {"compute": compute, "cores": cores, "first_core": first_core, "last_core": first_core + cores - 1,
+        cores = core_ranges(units, self.compute_per_core)
+        values = {"compute": compute, "cores": units_count(cores), "core_list": format_ranges(cores),
+                  "unit_list": format_ranges(units), "cpu_list": format_ranges(units, self.cpu_offset),
                   "compute_per_core": self.compute_per_core, "device": device,
                   "device_index": index.group(1) if index else None}
         out = []
@@ -295,12 +329,16 @@ class DeviceKindConfig:
 
 
 #: The kind of a device slot whose node config names none (configs written before kinds).
+#: Xeon Phi (KNC): logical CPU 0 and the last three sit on the last core, which the card's OS
+#: keeps for itself; threads 0-3 of core c are logical CPUs 1+4c .. 4+4c, so cpu_offset is 1.
+#: Offloaded OpenMP threads are bound one per listed logical CPU (``explicit`` affinity,
+#: ``MIC_`` variables forwarded to the card without the prefix).
 PHI_KIND = DeviceKindConfig(
     "phi", "PhiMemory", "PhiThreads", "PhiDeviceName", THREADS_PER_PHI_CORE,
     (("OMP_NUM_THREADS", "{compute}"), ("MIC_ENV_PREFIX", "MIC"), ("MIC_OMP_NUM_THREADS", "{compute}"),
-     ("MIC_KMP_PLACE_THREADS", "{cores}c,{compute_per_core}t,{first_core}o"),
-     ("MIC_KMP_AFFINITY", "granularity=fine,compact"), ("COSCHED_DEVICE", "{device}"),
-     ("COSCHED_DEVICE_CORES", "{first_core}-{last_core}"), ("OFFLOAD_DEVICES", "{device_index}")), "micinfo")
+     ("MIC_KMP_AFFINITY", "granularity=fine,explicit,proclist=[{cpu_list}]"), ("COSCHED_DEVICE", "{device}"),
+     ("COSCHED_DEVICE_CORES", "{core_list}"), ("COSCHED_DEVICE_THREADS", "{unit_list}"),
+     ("OFFLOAD_DEVICES", "{device_index}")), "micinfo", 1)
 
 
 def parse_device_kind(raw: Any, where: str) -> DeviceKindConfig:
@@ -330,8 +368,9 @@ def parse_device_kind(raw: Any, where: str) -> DeviceKindConfig:
     discovery = raw.get("discovery", "inventory")
     if not isinstance(discovery, str) or not KIND_NAME_RE.match(discovery):
         raise ConfigError(f"{where}: device_kind 'discovery' is not a valid name")
+    cpu_offset = _cfg_int(raw, "cpu_offset", 0, 1024, where) if "cpu_offset" in raw else 0
     return DeviceKindConfig(name, attrs[0], attrs[1], attrs[2], _cfg_int(raw, "compute_per_core", 1, 1024, where),
-                            tuple(pairs), discovery)
+                            tuple(pairs), discovery, cpu_offset)
 
 
 @dataclass(frozen=True)
@@ -422,7 +461,7 @@ def parse_node_config(obj: Any) -> NodeConfig:
             device_kind = parse_device_kind(raw.get("device_kind"), where)
             slots.append(SlotConfig(slot_id, kind, cores, memory_mb, device,
                                     _cfg_int(raw, "device_memory_mb", 1, MAX_INT, where),
-                                    _cfg_int(raw, "hardware_threads", device_kind.compute_per_core, 100000, where),
+                                    _cfg_int(raw, "hardware_threads", device_kind.compute_per_core, MAX_UNITS, where),
                                     device_kind=device_kind))
         elif kind == "socket":
             cache_id = _cfg_int(raw, "cache_id", 0, CACHE_ID_MAX, where) if "cache_id" in raw else None
@@ -492,28 +531,27 @@ class _JobFile:
 
 @dataclass(frozen=True)
 class Request(_JobFile):
-    """One device job's allocation, as written by the hook and checked by the agent."""
+    """One device job's allocation, as written by the hook and checked by the agent.
+
+    ``units`` are the device's compute units (Xeon Phi: hardware threads) the job is placed
+    on: sorted, disjoint, non-adjacent half-open ranges whose lengths sum to ``threads``
+    (unit u is thread u % compute_per_core of core u // compute_per_core)."""
     cluster: int
     proc: int
     slot: str               # node-unique short dynamic slot name, e.g. slot2_1
     device: str
     memory_mb: int
-    threads: int
-    first_core: int
-    cores: int
+    threads: int            # compute units requested (RequestPhiThreads for a Xeon Phi)
+    units: "Units"
     starter_pid: int
     starter_start: int      # field 22 of /proc/<pid>/stat: guards against pid reuse
     scratch_dir: str        # $_CONDOR_SCRATCH_DIR of the job: how the agent finds its processes
     owner: str
 
-    @property
-    def core_range(self) -> Tuple[int, int]:
-        return self.first_core, self.first_core + self.cores
-
     def to_json(self) -> Dict[str, Any]:
         return {"job": self.job, "cluster": self.cluster, "proc": self.proc, "slot": self.slot,
                 "device": self.device, "memory_mb": self.memory_mb, "threads": self.threads,
-                "first_core": self.first_core, "cores": self.cores,
+                "units": [list(r) for r in self.units],
                 "starter_pid": self.starter_pid, "starter_start": self.starter_start,
                 "scratch_dir": self.scratch_dir, "owner": self.owner}
 
@@ -525,9 +563,11 @@ OWNER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 class SpreadRequest(_JobFile):
     """One spread (SNS) job on a socket slot, as written by the hook and checked by the agent.
 
-    ``llc_ways`` is the job's resctrl group width w on ``cache_id``; ``mem_bw_gbs`` its
-    memory bandwidth share; ``scale`` its scale factor k; ``nodes`` its node count when the
-    sidecar said (0: unknown); ``cpus`` its RequestCpus (= OMP_NUM_THREADS).
+    ``llc_ways`` is this proc's share of its job's resctrl group on ``cache_id`` (the group
+    is the sum of the shares of the job's procs there; a share may be 0 when the job has
+    more procs on the cache than ways); ``mem_bw_gbs`` its memory bandwidth share; ``scale``
+    its scale factor k; ``nodes`` its node count when the sidecar said (0: unknown);
+    ``cpus`` its RequestCpus (= OMP_NUM_THREADS).
     """
     cluster: int
     proc: int
@@ -586,7 +626,7 @@ def request_from_json(obj: Any, file_name: str) -> "Request | SpreadRequest":
             raise ValueError("bad 'scale'")
         request: Any = SpreadRequest(
             num("cluster", 0, 10 ** 12 - 1), num("proc", 0, 10 ** 9 - 1), text("slot", SHORT_SLOT_RE),
-            num("slot_id", 1, 9999), num("cache_id", 0, CACHE_ID_MAX), num("llc_ways", 1, CBM_WIDTH_MAX),
+            num("slot_id", 1, 9999), num("cache_id", 0, CACHE_ID_MAX), num("llc_ways", 0, CBM_WIDTH_MAX),
             float(bw), text("program", PROGRAM_RE), scale, num("nodes", 0, 100000), num("cpus", 1, 100000),
             num("starter_pid", 2, 2 ** 22), num("starter_start", 0, 2 ** 62),
             text("scratch_dir", ABS_PATH_RE), text("owner", OWNER_RE))
@@ -596,8 +636,8 @@ def request_from_json(obj: Any, file_name: str) -> "Request | SpreadRequest":
     elif kind == "device":
         request = Request(num("cluster", 0, 10 ** 12 - 1), num("proc", 0, 10 ** 9 - 1),
                           text("slot", SHORT_SLOT_RE), text("device", DEVICE_RE),
-                          num("memory_mb", 0, MAX_INT), num("threads", 1, 100000),
-                          num("first_core", 0, 25000), num("cores", 1, 25000),
+                          num("memory_mb", 0, MAX_INT), num("threads", 1, MAX_UNITS),
+                          parse_units(obj.get("units"), obj.get("threads")),
                           num("starter_pid", 2, 2 ** 22), num("starter_start", 0, 2 ** 62),
                           text("scratch_dir", ABS_PATH_RE), text("owner", OWNER_RE))
     else:
@@ -737,17 +777,100 @@ def log_line(path: Optional[str], program: str, message: str) -> None:
         pass
 
 
-def free_core_range(capacity: int, held: Iterable[Tuple[int, int]], wanted: int) -> Optional[int]:
-    """First core of the lowest contiguous run of ``wanted`` free cores in [0, capacity).
+# ---------------------------------------------------------------------------------------
+# Placement on a device's compute units (Section IV-D2 of paper 002: co-runners on disjoint
+# hardware threads), and the ``a-b,c`` lists the environment templates use.
 
-    ``held`` are half-open [start, end) ranges of co-running jobs (Section IV-D2 of paper 002:
-    jobs on one device get disjoint cores).  None when no such run exists.
+Units = Tuple[Tuple[int, int], ...]
+
+
+def units_count(ranges: Iterable[Tuple[int, int]]) -> int:
+    return sum(b - a for a, b in ranges)
+
+
+def to_ranges(units: Iterable[int]) -> Units:
+    """Sorted distinct unit numbers -> canonical half-open ranges (sorted, non-adjacent)."""
+    out: List[List[int]] = []
+    for u in sorted(set(units)):
+        if out and out[-1][1] == u:
+            out[-1][1] = u + 1
+        else:
+            out.append([u, u + 1])
+    return tuple((a, b) for a, b in out)
+
+
+def parse_units(raw: Any, threads: Any) -> Units:
+    """Validate a request's ``units``: a non-empty list of [start, end) pairs of integers in
+    [0, MAX_UNITS], sorted and non-adjacent, whose lengths sum to ``threads``."""
+    if not isinstance(raw, list) or not raw or len(raw) > MAX_UNITS:
+        raise ValueError("bad 'units'")
+    out: List[Tuple[int, int]] = []
+    previous_end = -1
+    for pair in raw:
+        if not (isinstance(pair, list) and len(pair) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)):
+            raise ValueError("bad 'units'")
+        start, end = pair
+        if not 0 <= start < end <= MAX_UNITS or start <= previous_end:
+            raise ValueError("bad 'units'")
+        out.append((start, end))
+        previous_end = end
+    if units_count(out) != threads:
+        raise ValueError("'units' do not add up to 'threads'")
+    return tuple(out)
+
+
+def format_ranges(ranges: Iterable[Tuple[int, int]], offset: int = 0) -> str:
+    """``((0, 60), (64, 66))`` -> ``"0-59,64-65"``; each number shifted by ``offset``."""
+    return ",".join(f"{a + offset}" if b - a == 1 else f"{a + offset}-{b - 1 + offset}" for a, b in ranges)
+
+
+def core_ranges(units: Iterable[Tuple[int, int]], per_core: int) -> Units:
+    """The cores the units touch, as ranges."""
+    return to_ranges(c for a, b in units for c in range(a // per_core, (b - 1) // per_core + 1))
+
+
+def place_units(capacity: int, per_core: int, held: Iterable[Tuple[int, int]], wanted: int) -> Optional[Units]:
+    """``wanted`` free compute units of a device of ``capacity`` units, as ranges, disjoint
+    from the ``held`` ranges of its co-runners; None only when fewer than ``wanted`` are free.
+
+    Whole free cores first, lowest first (a job of 4k units on an idle device gets cores
+    0..k-1, as a contiguous core range did); what is left (fewer units than a core) goes to
+    the partly used core it fits most tightly, else to the lowest free core, so whole cores
+    stay whole; only when no core has room for it alone is it spread over the cores with the
+    most free units.  No contiguity is needed: any set of free units is a placement, so a job
+    is placed whenever the device's free units (its threads less its co-runners') suffice.
     """
-    if wanted <= 0 or wanted > capacity:
+    if wanted <= 0 or capacity <= 0 or per_core <= 0:
         return None
-    start = 0
-    for low, high in sorted((max(0, a), min(capacity, b)) for a, b in held if b > a):
-        if low - start >= wanted:
-            return start
-        start = max(start, high)
-    return start if capacity - start >= wanted else None
+    free = [True] * capacity
+    for a, b in held:
+        for u in range(max(0, a), min(capacity, b)):
+            free[u] = False
+    if sum(free) < wanted:
+        return None
+    cores = [(lo, min(lo + per_core, capacity)) for lo in range(0, capacity, per_core)]
+    chosen: List[int] = []
+
+    def take(units: List[int]) -> None:
+        for u in units:
+            free[u] = False
+        chosen.extend(units)
+
+    need = wanted
+    for lo, hi in cores:
+        if hi - lo <= need and all(free[lo:hi]):
+            take(list(range(lo, hi)))
+            need -= hi - lo
+    while need > 0:
+        free_of = [[u for u in range(lo, hi) if free[u]] for lo, hi in cores]
+        fits = [c for c, units in enumerate(free_of) if len(units) >= need]
+        if fits:
+            best = min(fits, key=lambda c: (len(free_of[c]) == cores[c][1] - cores[c][0], len(free_of[c]), c))
+            take(free_of[best][:need])
+            need = 0
+        else:
+            best = max((c for c, units in enumerate(free_of) if units), key=lambda c: (len(free_of[c]), -c))
+            take(free_of[best])
+            need -= len(free_of[best])
+    return to_ranges(chosen)

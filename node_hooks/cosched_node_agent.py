@@ -10,12 +10,13 @@ interval it
      exceeds its RequestPhiMemory: SIGTERM, then SIGKILL after ``--kill-grace``, recorded in
      DIR/killed/<job>.json and the agent log;
   3. publishes DIR/devices/<dev>.json (allocations, measured use) and DIR/agent.heartbeat;
-  4. for spread (SNS, paper 000) jobs: keeps one resctrl group per job under
-     ``--resctrl-root`` (default /sys/fs/resctrl) in step with the live spread requests
-     (cosched_resctrl.ResctrlManager.sync: the job's w ways as a contiguous mask on its
-     cache id, unallocated ways given away equally and reclaimed when a job arrives, the
-     group removed when the job ends; the job's validated processes' task ids written to
-     its ``tasks``).  resctrl absent: logged once, jobs run ungrouped.  No CLOSID left:
+  4. for spread (SNS, paper 000) jobs: keeps one resctrl group per job (cluster and owning
+     uid: ``cosched_<ClusterId>-uid<uid>``) under ``--resctrl-root`` (default
+     /sys/fs/resctrl) in step with the live spread requests (cosched_resctrl.ResctrlManager
+     .sync: on each cache id the job runs on, a contiguous mask of the sum of its procs'
+     ways there (``group_shares``), unallocated ways given away equally and reclaimed when a
+     job arrives, the group removed when the job's last proc ends; the validated processes'
+     task ids written to its ``tasks``).  resctrl absent: logged once, jobs run ungrouped.  No CLOSID left:
      the job runs ungrouped, logged.  The agent's watch of each spread job (co-runners on
      its socket slot, perf samples) lives in DIR/spread/<request file>;
   5. piggyback profiling: when a spread job ends, writes its run record (format:
@@ -329,7 +330,7 @@ def collect_requests(config: cn.NodeConfig, requests_dir: str, starter_comm: str
             if device is None:
                 problem = "unknown device"
             elif request.threads > device.hardware_threads or request.memory_mb > device.device_memory_mb \
-                    or request.first_core + request.cores > device.device_cores:
+                    or request.units[-1][1] > device.hardware_threads:
                 problem = "exceeds the device"
         if problem:
             pass
@@ -339,8 +340,8 @@ def collect_requests(config: cn.NodeConfig, requests_dir: str, starter_comm: str
                 if ended is not None:
                     ended.append((request, info))
             else:
-                log(f"job {request.job} on {request.device} ended: allocation cores "
-                    f"{request.first_core}-{request.first_core + request.cores - 1} released")
+                log(f"job {request.job} on {request.device} ended: allocation units "
+                    f"{cn.format_ranges(request.units)} released")
         elif starter_comm and process_comm(request.starter_pid, proc_root) != starter_comm:
             problem = f"starter pid {request.starter_pid} is not a {starter_comm} process"
         else:
@@ -561,11 +562,51 @@ def write_run_record(profile_dir: str, record: Dict[str, object]) -> str:
     return os.path.join(directory, name)
 
 
-def mb_percent(request, slot: Optional[cn.SlotConfig]) -> Optional[int]:
-    """The job's bandwidth share as a percentage of its socket's peak (MBA ``MB:`` line)."""
-    if slot is None or not slot.mem_bw_gbs or request.mem_bw_gbs <= 0:
+def mb_percent(mem_bw_gbs: float, slot: Optional[cn.SlotConfig]) -> Optional[int]:
+    """A bandwidth share as a percentage of its socket's peak (MBA ``MB:`` line)."""
+    if slot is None or not slot.mem_bw_gbs or mem_bw_gbs <= 0:
         return None
-    return max(1, min(100, math.ceil(100.0 * request.mem_bw_gbs / slot.mem_bw_gbs)))
+    return max(1, min(100, math.ceil(100.0 * mem_bw_gbs / slot.mem_bw_gbs)))
+
+
+def group_name(request: cn.SpreadRequest, owner_uid: int) -> str:
+    """The resctrl group of a spread job's procs on this node: one per cluster (the procs of
+    a cluster are one parallel job) and per owning uid (the request file's owner, which no
+    job can forge), ``<ClusterId>-uid<uid>``."""
+    return f"{request.cluster}-uid{owner_uid}"
+
+
+def group_shares(config: cn.NodeConfig, requests: Sequence[Tuple[cn.SpreadRequest, int]]
+                 ) -> Tuple[Dict[str, Dict[int, int]], Dict[str, Dict[int, int]]]:
+    """(ways, MBA percent) per group and cache id for the given (request, owner uid) pairs.
+
+    A job's procs on one cache share its group there, so the group's ways are the SUM of
+    their shares (Spread-n-Share splits the job's w ways over its procs on a socket, some
+    possibly 0, and HTCondor accounts each share as the proc's RequestLLCWays), bounded by
+    the socket slot's ways; its bandwidth likewise.  Each proc counts once, by its starter:
+    a second request naming the same starter adds nothing.  A group with 0 ways on a cache
+    has no mask there; one with 0 ways everywhere is left out (its procs run ungrouped)."""
+    per_proc: Dict[str, Dict[int, Dict[Tuple[int, int], Tuple[int, float]]]] = {}
+    slots: Dict[int, Optional[cn.SlotConfig]] = {}
+    for request, owner_uid in requests:
+        procs = per_proc.setdefault(group_name(request, owner_uid), {}).setdefault(request.cache_id, {})
+        key = (request.starter_pid, request.starter_start)
+        ways, bw = procs.get(key, (0, 0.0))
+        procs[key] = (max(ways, request.llc_ways), max(bw, request.mem_bw_gbs))
+        slots[request.cache_id] = config.slot(request.slot_id)
+    ways_of: Dict[str, Dict[int, int]] = {}
+    percent_of: Dict[str, Dict[int, int]] = {}
+    for group, per_cache in per_proc.items():
+        for cache_id, procs in per_cache.items():
+            slot = slots.get(cache_id)
+            ways = sum(w for w, _ in procs.values())
+            ways = min(ways, slot.llc_ways) if slot is not None and slot.llc_ways else ways
+            if ways > 0:
+                ways_of.setdefault(group, {})[cache_id] = ways
+                percent = mb_percent(sum(b for _, b in procs.values()), slot)
+                if percent:
+                    percent_of.setdefault(group, {})[cache_id] = percent
+    return ways_of, percent_of
 
 
 def manage_spread(config: cn.NodeConfig, state_dir: str, live: List[Tuple[object, int]],
@@ -610,9 +651,8 @@ def manage_spread(config: cn.NodeConfig, state_dir: str, live: List[Tuple[object
                     watch[key] = float(watch.get(key, 0) or 0) + sample.get(key, 0.0)
         return watch
 
-    desired: Dict[str, Dict[int, int]] = {}
+    grouped: List[Tuple[cn.SpreadRequest, int]] = []
     tasks: Dict[str, List[int]] = {}
-    shares: Dict[str, Dict[int, int]] = {}
     for request, owner_uid in spread_live:
         info = infos.get(request.file_name)
         if info is None:
@@ -625,13 +665,11 @@ def manage_spread(config: cn.NodeConfig, state_dir: str, live: List[Tuple[object
             log(f"job {request.job}: cannot write its watch: {exc.strerror}")
         if not watch.get("verified"):
             continue   # no group before its processes are proven: a forged request claims nothing
-        ways = desired.setdefault(request.job, {})
-        ways[request.cache_id] = max(ways.get(request.cache_id, 0), request.llc_ways)
-        tasks.setdefault(request.job, []).extend(task_ids(pids, proc_root))
-        percent = mb_percent(request, config.slot(request.slot_id))
-        if percent:
-            share = shares.setdefault(request.job, {})
-            share[request.cache_id] = max(share.get(request.cache_id, 0), percent)
+        grouped.append((request, owner_uid))
+        tasks.setdefault(group_name(request, owner_uid), []).extend(task_ids(pids, proc_root))
+    desired, shares = group_shares(config, grouped)
+    for group in sorted(set(tasks) - set(desired)):
+        del tasks[group]
     result: Dict[str, Optional[str]] = {}
     if manager is not None:
         try:
@@ -695,7 +733,8 @@ def run_once(config: cn.NodeConfig, state_dir: str, probe, log: Log, starter_com
         state = {"device": name, "updated": time.time(), "probe": probe.name, "jobs": jobs,
                  "allocated_mb": sum(j["memory_mb"] for j in jobs),
                  "allocated_threads": sum(j["threads"] for j in jobs),
-                 "busy_cores": sum(j["cores"] for j in jobs),
+                 "busy_cores": cn.units_count(cn.core_ranges(
+                     [r for j in jobs for r in j["units"]], device.device_kind.compute_per_core)),
                  "device_memory_mb": device.device_memory_mb, "hardware_threads": device.hardware_threads}
         per_job = [j["used_mb"] for j in jobs if j["used_mb"] is not None]
         device_used = probe.device_usage_mb(name)

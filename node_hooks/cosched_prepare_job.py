@@ -1,35 +1,50 @@
 #!/usr/bin/python3
-"""PREPARE_JOB hook: cap a device job's threads and pin it to cores no co-runner holds.
+"""PREPARE_JOB hook: cap a device job's threads and pin it to hardware threads no co-runner holds.
 
 Runs as the JOB'S USER before the job starts (``<KEYWORD>_HOOK_PREPARE_JOB``): job ad on
 stdin, slot ad in ``$_CONDOR_MACHINE_AD``, node config in ``$COSCHED_NODE_CONFIG``.  For a
-job on a device slot it prints an ``Environment`` line (the job's own variables kept) from
-the device kind's templates in the node config (Xeon Phi: OMP_NUM_THREADS /
-MIC_OMP_NUM_THREADS = RequestPhiThreads and a MIC_KMP_PLACE_THREADS core range) on a core
-range disjoint from the other jobs on that device, and records the allocation in the node
-agent's state dir (protocol: cosched_node's docstring).  This is COSMIC's node-side role
-(Section IV-D2 of paper 002): no thread oversubscription, thread-to-core affinity, and a
-refusal of any start that would oversubscribe the device even if HTCondor's accounting was
-stale or forged.
+job on a device slot it places the job on as many of the device's compute units (Xeon Phi:
+hardware threads) as it requests, disjoint from the live co-runners' (whole free cores
+first, lowest first; they need not be contiguous: ``cosched_node.place_units``), prints an
+``Environment`` line (the job's own variables kept) from the device kind's templates in the
+node config (Xeon Phi: OMP_NUM_THREADS / MIC_OMP_NUM_THREADS = RequestPhiThreads and
+``MIC_KMP_AFFINITY=granularity=fine,explicit,proclist=[...]`` on those threads' logical
+CPUs), and records the allocation in the node agent's state dir (protocol: cosched_node's
+docstring).  This is COSMIC's node-side role (Section IV-D2 of paper 002): no thread
+oversubscription, thread affinity, and a refusal of any start that would oversubscribe the
+device even if HTCondor's accounting was stale or forged.  It counts what the planner and
+HTCondor count (threads and memory per device), so it refuses a start exactly when the
+memory or the threads of the live co-runners plus this job exceed the device's.
 
 Spread jobs (SNS, paper 000: a job ad with ``CoSchedProgram`` and no device memory request,
 on a socket slot): prints an ``Environment`` line with OMP_NUM_THREADS = RequestCpus and,
-when the sidecar pinned it (``CoSchedPinSlot``, ``CoSchedPinLLCWays``, ``CoSchedPinMemBW``,
-``CoSchedPinScale``, optional ``CoSchedPinNodes``), writes a ``SpreadRequest`` (kind
-"spread") for the root node agent, which puts the job in its own resctrl group and records
-its run for piggyback profiling.  The pin must name this node and the socket slot the job
-runs in; every value is range-checked.  Other jobs: prints nothing, exits 0.
+when the sidecar pinned it (``CoSchedPinSlot``, ``CoSchedPinLLCWays`` (0 allowed: the proc
+shares its job's group), ``CoSchedPinMemBW``, ``CoSchedPinScale``, optional
+``CoSchedPinNodes``), writes a ``SpreadRequest`` (kind "spread") for the root node agent,
+which puts the job's procs on a cache in one resctrl group and records its run for
+piggyback profiling.  The pin must name this node and the socket slot the job runs in;
+every value is range-checked.  Other jobs: prints nothing, exits 0.
 
-Exit codes (HTCondor holds the job with HoldReasonSubCode = code; reasons go to
-DIR/hooks.log, else stderr):
-  0  started (or not a device job)      3  refused: device memory/threads/cores oversubscribed
-  1  unexpected internal error           4  malformed or hostile job / machine ad
-  2  node config missing or invalid      5  node agent state dir missing, unsafe or locked
+A refused start prints ``HookStatusCode`` and ``HookStatusMessage`` (a short reason with no
+unvalidated ad value) and nothing else; HTCondor 25 takes them over the exit status.  Codes
+of 300 and more send the job back to Idle (VacateReasonCode 1007, VacateReasonSubCode = the
+code, VacateReason = the message): the sidecar replans it, and config.d/20's START keeps it
+off the pin it was refused on.  Lower codes hold it (HoldReasonCode 19, HoldReasonSubCode =
+the code, HoldReason = the message).  Every start and refusal is also logged to
+DIR/hooks.log (else stderr).
+
+  exit  HookStatusCode  job      meaning
+  0     (none)          runs     started (or not a co-scheduled job)
+  1     1               held     unexpected internal error
+  2     2               held     node config missing or invalid, or the slot is another node's
+  3     303             idle     refused: the device's memory or compute would be oversubscribed
+                                 by the live co-runners plus this job
+  4     4               held     malformed, hostile or inconsistent job / machine ad
+  5     305             idle     node agent state dir missing, unsafe or locked
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import stat
@@ -46,11 +61,8 @@ ENV_ANY_NAME_RE = re.compile(r"^[^=\s'\"]{1,256}$")
 
 
 class Refusal(Exception):
-    """A start the hook refuses; carries the exit code."""
-
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
+    """A start a new plan can fix: the device is full given its live co-runners (the job
+    goes back to Idle, HookStatusCode 303)."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -128,11 +140,10 @@ def merge_environment(job_ad: Dict[str, object], updates: Sequence[Tuple[str, st
     return format_environment_v2(merged)
 
 
-def device_environment(slot: cn.SlotConfig, device: str, threads: int, first_core: int,
-                       cores: int) -> List[Tuple[str, str]]:
-    """Compute cap and core affinity for one job on a device, from its kind's templates
-    (Xeon Phi: OpenMP thread caps and KMP placement, 4 hardware threads a core)."""
-    return slot.device_kind.job_environment(device, threads, first_core, cores)
+def device_environment(slot: cn.SlotConfig, device: str, threads: int, units: cn.Units) -> List[Tuple[str, str]]:
+    """Compute cap and affinity for one job on a device, from its kind's templates (Xeon Phi:
+    OpenMP thread caps and an explicit list of the logical CPUs of its hardware threads)."""
+    return slot.device_kind.job_environment(device, threads, units)
 
 
 # ---------------------------------------------------------------------------------------
@@ -225,8 +236,8 @@ def spread_demand(job_ad: Dict[str, object], config: cn.NodeConfig, short_slot: 
         raise cn.AdError("attribute CoSchedPinSlot is not a string")
     slot = check_pin_slot(pin, config, short_slot)
     if slot.cores and cpus > slot.cores:
-        raise Refusal(cn.EXIT_OVERSUBSCRIBED, f"RequestCpus {cpus} > the {slot.cores} cores of slot{slot.slot_id}")
-    ways = cn.ad_int(job_ad, "CoSchedPinLLCWays", 1, slot.llc_ways or cn.CBM_WIDTH_MAX)
+        raise cn.AdError(f"RequestCpus {cpus} > the {slot.cores} cores of slot{slot.slot_id}")
+    ways = cn.ad_int(job_ad, "CoSchedPinLLCWays", 0, slot.llc_ways or cn.CBM_WIDTH_MAX)
     bw = cn.ad_number(job_ad, "CoSchedPinMemBW", 0.0, slot.mem_bw_gbs or cn.MAX_BW_GBS)
     scale = cn.ad_int(job_ad, "CoSchedPinScale", 1, 8)
     if scale not in cn.SCALE_FACTORS:
@@ -259,28 +270,26 @@ def device_demand(job_ad: Dict[str, object], machine_ad: Dict[str, object],
         if cn.ad_get(machine_ad, attr) is not None:
             allocated = cn.ad_int(machine_ad, attr, 0, cn.MAX_INT)
             if asked > allocated:
-                raise Refusal(cn.EXIT_OVERSUBSCRIBED,
-                              f"requests {asked} {attr} but its slot was allocated {allocated}")
+                raise cn.AdError(f"requests {asked} {attr} but its slot was allocated {allocated}")
     return threads, memory_mb
 
 
-def place(device: cn.SlotConfig, threads: int, memory_mb: int,
-          co_runners: Sequence[cn.Request]) -> Tuple[int, int]:
-    """(first core, cores) for the job, or Refusal if the device would be oversubscribed."""
-    cores = math.ceil(threads / device.device_kind.compute_per_core)
+def place(device: cn.SlotConfig, threads: int, memory_mb: int, co_runners: Sequence[cn.Request]) -> cn.Units:
+    """The compute units for the job, or Refusal exactly when the memory or compute of the
+    live co-runners plus this job exceed the device's."""
+    kind = device.device_kind
     used_mb = sum(r.memory_mb for r in co_runners)
     used_threads = sum(r.threads for r in co_runners)
     if used_mb + memory_mb > device.device_memory_mb:
-        raise Refusal(cn.EXIT_OVERSUBSCRIBED, f"device memory {used_mb}+{memory_mb} MB > "
-                      f"{device.device_memory_mb} MB on {device.device}")
+        raise Refusal(f"device memory {used_mb}+{memory_mb} MB > {device.device_memory_mb} MB on {device.device}")
     if used_threads + threads > device.hardware_threads:
-        raise Refusal(cn.EXIT_OVERSUBSCRIBED, f"device threads {used_threads}+{threads} > "
-                      f"{device.hardware_threads} on {device.device}")
-    first = cn.free_core_range(device.device_cores, [r.core_range for r in co_runners], cores)
-    if first is None:
-        raise Refusal(cn.EXIT_OVERSUBSCRIBED, f"no {cores} contiguous free cores on {device.device} "
-                      f"(held: {sorted(r.core_range for r in co_runners)})")
-    return first, cores
+        raise Refusal(f"device {kind.compute_attr} {used_threads}+{threads} > {device.hardware_threads} "
+                      f"on {device.device}")
+    units = cn.place_units(device.hardware_threads, kind.compute_per_core,
+                           [r for runner in co_runners for r in runner.units], threads)
+    if units is None:  # unreachable: disjoint or not, held units never outnumber used_threads
+        raise Refusal(f"no {threads} free {kind.compute_attr} on {device.device}")
+    return units
 
 
 # ---------------------------------------------------------------------------------------
@@ -308,11 +317,10 @@ def reserve(state_dir: str, make_request, device: cn.SlotConfig, threads: int, m
     """Under the state lock: read live co-runners, place the job, write its request file."""
     requests_dir = check_state_dirs(state_dir)
     with cn.StateLock(state_dir):
-        mine = make_request(0, 1).file_name
+        mine = make_request(((0, threads),)).file_name
         co_runners = [r for r, _ in cn.read_requests(requests_dir, device.device)
                       if r.file_name != mine and cn.request_is_live(r, proc_root)]
-        first, cores = place(device, threads, memory_mb, co_runners)
-        request = make_request(first, cores)
+        request = make_request(place(device, threads, memory_mb, co_runners))
         try:
             cn.write_json_atomic(requests_dir, request.file_name, request.to_json(), 0o644)
         except OSError as exc:
@@ -370,6 +378,19 @@ def write_spread_request(state_dir: str, request: cn.SpreadRequest) -> None:
             raise cn.StateError(exc.errno or 0, f"cannot write request {request.file_name}: {exc.strerror}") from None
 
 
+def refuse(stdout: TextIO, exit_code: int, message: str) -> int:
+    """Print the refusal HTCondor shows the user (HookStatusCode and HookStatusMessage, see
+    the module docstring) and return the exit code (non-zero: fails closed should the
+    status lines be lost)."""
+    try:
+        stdout.write(cn.format_line("HookStatusCode", cn.HOOK_STATUS[exit_code]) + "\n"
+                     + cn.format_line("HookStatusMessage", cn.hook_message("condor_sched: " + message)) + "\n")
+        stdout.flush()
+    except (OSError, ValueError):
+        pass
+    return exit_code
+
+
 def main(argv: Optional[Sequence[str]] = None, stdin: Optional[object] = None,
          stdout: Optional[TextIO] = None, env: Optional[Dict[str, str]] = None,
          starter_pid: Optional[int] = None, cwd: Optional[str] = None) -> int:
@@ -378,7 +399,7 @@ def main(argv: Optional[Sequence[str]] = None, stdin: Optional[object] = None,
     stdin = sys.stdin.buffer if stdin is None else stdin
     log_path: Optional[str] = None
     job = "?"
-    where = "?"
+    where = "this node"
 
     def log(message: str) -> None:
         cn.log_line(log_path, PROGRAM, message)
@@ -388,6 +409,7 @@ def main(argv: Optional[Sequence[str]] = None, stdin: Optional[object] = None,
         if not config_path:
             raise cn.ConfigError("COSCHED_NODE_CONFIG is not set")
         config = cn.load_node_config(config_path)
+        where = config.node
         state_dir = cn.state_dir_for(config, env)
         log_path = os.path.join(state_dir, "hooks.log")
 
@@ -418,41 +440,46 @@ def main(argv: Optional[Sequence[str]] = None, stdin: Optional[object] = None,
         scratch = scratch_dir(env, cwd)
         parent, parent_start = starter(starter_pid)
 
-        def make_request(first: int, cores: int) -> cn.Request:
+        def make_request(units: cn.Units) -> cn.Request:
             return cn.Request(cluster, proc, short_slot, device.device or "", memory_mb, threads,
-                              first, cores, parent, parent_start, scratch, owner)
+                              units, parent, parent_start, scratch, owner)
 
         def output(request: cn.Request) -> List[str]:
-            environment = merge_environment(job_ad, device_environment(
-                device, request.device, threads, request.first_core, request.cores))
+            environment = merge_environment(job_ad, device_environment(device, request.device, threads, request.units))
             return [cn.format_line("Environment", environment),
                     cn.format_line("CoSchedDevice", request.device),
-                    cn.format_line("CoSchedDeviceFirstCore", request.first_core),
-                    cn.format_line("CoSchedDeviceCores", request.cores)]
+                    cn.format_line("CoSchedDeviceCores", cn.format_ranges(
+                        cn.core_ranges(request.units, device.device_kind.compute_per_core))),
+                    cn.format_line("CoSchedDeviceUnits", cn.format_ranges(request.units))]
 
-        output(make_request(0, 1))  # a malformed Environment is refused before reserving cores
+        output(make_request(((0, threads),)))  # a malformed Environment is refused before reserving
         request = reserve(state_dir, make_request, device, threads, memory_mb)
         lines = output(request)
         stdout.write("\n".join(lines) + "\n")
         stdout.flush()
-        log(f"job {job} started on {config.node}/{request.device} slot {short_slot}: {threads} threads, "
-            f"{memory_mb} MB, cores {request.first_core}-{request.first_core + request.cores - 1}")
+        cores = cn.core_ranges(request.units, device.device_kind.compute_per_core)
+        log(f"job {job} started on {config.node}/{request.device} slot {short_slot}: {threads} "
+            f"{device.device_kind.compute_attr}, {memory_mb} MB, units {cn.format_ranges(request.units)} "
+            f"(cores {cn.format_ranges(cores)})")
         return cn.EXIT_OK
     except Refusal as exc:
         log(f"job {job} refused on {where}: {exc}")
-        return exc.code
+        return refuse(stdout, cn.EXIT_OVERSUBSCRIBED,
+                      f"{where} is full: {exc} (running jobs + this one); back to idle for a new plan")
     except cn.ConfigError as exc:
         log(f"job {job}: bad node config: {exc}")
-        return cn.EXIT_BAD_CONFIG
+        return refuse(stdout, cn.EXIT_BAD_CONFIG, f"bad node config on {where}: {exc}")
     except ValueError as exc:  # cn.AdError included
         log(f"job {job}: malformed ad: {exc}")
-        return cn.EXIT_BAD_AD
+        return refuse(stdout, cn.EXIT_BAD_AD, f"malformed job or machine ad: {exc}")
     except cn.StateError as exc:
         log(f"job {job}: node agent state unavailable: {exc.strerror or exc}")
-        return cn.EXIT_NO_STATE
+        return refuse(stdout, cn.EXIT_NO_STATE, f"start refused on {where}: node agent state unavailable "
+                      f"({exc.strerror or exc}); back to idle for a new plan")
     except Exception as exc:  # never a traceback: the hold must carry a logged reason
         log(f"job {job}: internal error {exc.__class__.__name__}: {exc}")
-        return cn.EXIT_INTERNAL
+        return refuse(stdout, cn.EXIT_INTERNAL, f"internal error ({exc.__class__.__name__}) in the "
+                      f"PREPARE_JOB hook on {where}; see hooks.log there")
 
 
 if __name__ == "__main__":

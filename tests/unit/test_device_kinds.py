@@ -30,7 +30,7 @@ import cosched_prepare_job as hook  # noqa: E402
 
 DUMMY = DeviceKind(name="dummy", memory_attr="DummyMemory", compute_attr="DummyUnits",
                    device_name_attr="DummyDeviceName", compute_unit="units", compute_per_core=2,
-                   environment=(("DUMMY_UNITS", "{compute}"), ("DUMMY_CORES", "{first_core}-{last_core}"),
+                   environment=(("DUMMY_UNITS", "{compute}"), ("DUMMY_CORES", "{core_list}"),
                                 ("DUMMY_INDEX", "{device_index}")))
 
 
@@ -122,8 +122,8 @@ def test_the_prepare_job_hook_enforces_a_dummy_device_from_its_record_in_the_nod
     assert code == cn.EXIT_OK and dict(hook.parse_environment_v2(cn.ad_get(out, "Environment")))["DUMMY_CORES"] == "15-44"
     # 30 + 60 + 20 units > 100: refused, whatever the slot ad claims.
     assert prepare(2, 20, 100)[0] == cn.EXIT_OVERSUBSCRIBED
-    # A job asking more than its dynamic slot was allocated is refused too.
-    assert prepare(3, 5, 100, allocated_units=4)[0] == cn.EXIT_OVERSUBSCRIBED
+    # A job asking more than its dynamic slot was allocated has an inconsistent ad: held.
+    assert prepare(3, 5, 100, allocated_units=4)[0] == cn.EXIT_BAD_AD
     log = (state / "hooks.log").read_text()
     assert "device dummy" not in log and "n1/dum0" in log
 

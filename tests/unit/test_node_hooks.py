@@ -133,12 +133,35 @@ def test_old_env_is_converted_and_kept():
     assert hook.parse_environment_v2(merged) == [("A", "1"), ("B", "3"), ("C", "4")]
 
 
-def test_lowest_free_core_range():
-    assert cn.free_core_range(60, [], 15) == 0
-    assert cn.free_core_range(60, [(0, 15)], 30) == 15
-    assert cn.free_core_range(60, [(0, 10), (20, 60)], 10) == 10
-    assert cn.free_core_range(60, [(0, 10), (20, 60)], 11) is None
-    assert cn.free_core_range(60, [(0, 60)], 1) is None
+def test_placement_takes_whole_free_cores_lowest_first_and_needs_no_contiguity():
+    # an idle 240-thread device: 60 threads are cores 0-14, as a contiguous range was
+    assert cn.place_units(240, 4, [], 60) == ((0, 60),)
+    # 118 threads after a 60-thread job: 29 whole cores and 2 threads of core 44
+    assert cn.place_units(240, 4, [(0, 60)], 118) == ((60, 178),)
+    # issue 9's hold: cores 30-44 busy, 45 free cores on either side: 180 threads fit
+    assert cn.place_units(240, 4, [(120, 180)], 180) == ((0, 120), (180, 240))
+    # a remainder goes to the partly used core it fits, keeping whole cores whole
+    assert cn.place_units(16, 4, [(0, 2)], 6) == ((2, 8),)
+    # no core has room for it alone: spread over the cores with most free threads
+    assert cn.place_units(8, 4, [(0, 2), (4, 6)], 3) == ((2, 4), (6, 7))
+    assert cn.place_units(8, 4, [(0, 8)], 1) is None
+    assert cn.place_units(8, 4, [(0, 1)], 8) is None
+
+
+def test_unit_lists_and_core_lists():
+    units = ((0, 60), (64, 66), (70, 71))
+    assert cn.format_ranges(units) == "0-59,64-65,70"
+    assert cn.format_ranges(units, 1) == "1-60,65-66,71"     # Xeon Phi logical CPUs
+    assert cn.core_ranges(units, 4) == ((0, 15), (16, 18))
+    assert cn.to_ranges([5, 1, 2, 3, 7, 8]) == ((1, 4), (5, 6), (7, 9))
+    assert cn.parse_units([[0, 60], [64, 66]], 62) == ((0, 60), (64, 66))
+    # empty, empty range, unsorted, adjacent (not canonical), bool, negative, beyond any device, text, triple
+    for bad, threads in (([], 0), ([[0, 0]], 0), ([[4, 8], [0, 2]], 6), ([[0, 4], [4, 8]], 8), ([[0, True]], 1),
+                         ([[-1, 2]], 3), ([[0, 10 ** 6]], 10 ** 6), ("0-59", 60), ([[0, 4, 8]], 4)):
+        with pytest.raises(ValueError, match="bad 'units'"):
+            cn.parse_units(bad, threads)
+    with pytest.raises(ValueError, match="add up"):
+        cn.parse_units([[0, 60]], 59)
 
 
 def test_node_config_rejects_bad_device_names(tmp_path: Path):
@@ -157,41 +180,65 @@ def test_device_job_gets_thread_caps_and_its_environment_kept(node: Node):
     env = environment(out)
     assert env["FOO"] == "bar" and env["X"] == "a b"
     assert env["OMP_NUM_THREADS"] == env["MIC_OMP_NUM_THREADS"] == "60"
-    assert env["MIC_KMP_PLACE_THREADS"] == "15c,4t,0o" and env["COSCHED_DEVICE_CORES"] == "0-14"
-    assert env["COSCHED_DEVICE"] == "mic0" and env["OFFLOAD_DEVICES"] == "0"
-    assert cn.ad_get(out, "CoSchedDevice") == "mic0"
+    # one OpenMP thread per hardware thread, on logical CPUs 1-60 of the card (CPU 0 is the OS core's)
+    assert env["MIC_KMP_AFFINITY"] == "granularity=fine,explicit,proclist=[1-60]"
+    assert env["COSCHED_DEVICE_CORES"] == "0-14" and env["COSCHED_DEVICE_THREADS"] == "0-59"
+    assert env["COSCHED_DEVICE"] == "mic0" and env["OFFLOAD_DEVICES"] == "0" and "MIC_KMP_PLACE_THREADS" not in env
+    assert cn.ad_get(out, "CoSchedDevice") == "mic0" and cn.ad_get(out, "CoSchedDeviceCores") == "0-14"
+    assert "hookstatuscode" not in out
     request = json.loads((node.state / "requests" / "10.0.slot2_1.json").read_text())
-    assert request["threads"] == 60 and request["memory_mb"] == 2048 and request["first_core"] == 0
+    assert request["threads"] == 60 and request["memory_mb"] == 2048 and request["units"] == [[0, 60]]
 
 
-def test_co_running_jobs_get_disjoint_core_ranges(node: Node):
+def test_co_running_jobs_get_disjoint_hardware_threads(node: Node):
     starter = subprocess.Popen(["sleep", "60"])
     try:
         assert node.prepare(job(10, threads=60), "slot2_1", starter_pid=starter.pid)[0] == 0
-        _, second = node.prepare(job(11, threads=118), "slot2_2")   # 30 cores (118/4 rounded up)
+        _, second = node.prepare(job(11, threads=118), "slot2_2")   # 29 cores and 2 threads of core 44
         _, other_device = node.prepare(job(12, threads=8), "slot3_1")
         assert environment(second)["COSCHED_DEVICE_CORES"] == "15-44"
+        assert environment(second)["COSCHED_DEVICE_THREADS"] == "60-177"
         assert environment(other_device)["COSCHED_DEVICE_CORES"] == "0-1"
         starter.kill()
         starter.wait()
-        _, third = node.prepare(job(13, threads=40), "slot2_3")       # job 10 ended: its cores free
+        _, third = node.prepare(job(13, threads=40), "slot2_3")       # job 10 ended: its threads free
         assert environment(third)["COSCHED_DEVICE_CORES"] == "0-9"
         _, fourth = node.prepare(job(14, threads=20), "slot2_4")
         assert environment(fourth)["COSCHED_DEVICE_CORES"] == "10-14"
+        _, fifth = node.prepare(job(15, threads=2), "slot2_5")        # the 2 threads left on core 44
+        assert environment(fifth)["COSCHED_DEVICE_THREADS"] == "178-179"
+        assert environment(fifth)["MIC_KMP_AFFINITY"] == "granularity=fine,explicit,proclist=[179-180]"
     finally:
         starter.kill()
         starter.wait()
 
 
-def test_oversubscribing_start_is_refused_with_a_logged_reason(node: Node):
+def test_oversubscribing_start_goes_back_to_idle_with_a_reason_users_can_read(node: Node):
     assert node.prepare(job(20, threads=100, memory=6000), "slot2_1")[0] == 0
     code, out = node.prepare(job(21, threads=100, memory=4000), "slot2_2")
-    assert code == cn.EXIT_OVERSUBSCRIBED == 3 and out == {}
+    # HookStatusCode >= 300: HTCondor sends the job back to Idle, the message in VacateReason
+    assert code == cn.EXIT_OVERSUBSCRIBED == 3 and cn.ad_get(out, "HookStatusCode") == 303
+    assert cn.ad_get(out, "HookStatusMessage") == (
+        "condor_sched: device node1/mic0 (slot2_2) is full: device memory 6000+4000 MB > 8192 MB on mic0 "
+        "(running jobs + this one); back to idle for a new plan")
+    assert set(out) == {"hookstatuscode", "hookstatusmessage"}
     assert "job 21.0 refused on device node1/mic0" in node.hooks_log()
     assert "device memory 6000+4000 MB > 8192 MB" in node.hooks_log()
-    code, _ = node.prepare(job(22, threads=160, memory=100), "slot2_3")
-    assert code == cn.EXIT_OVERSUBSCRIBED and "device threads 100+160 > 240" in node.hooks_log()
+    code, out = node.prepare(job(22, threads=160, memory=100), "slot2_3")
+    assert code == cn.EXIT_OVERSUBSCRIBED and "device PhiThreads 100+160 > 240" in node.hooks_log()
+    assert "device PhiThreads 100+160 > 240" in cn.ad_get(out, "HookStatusMessage")
     assert node.requests() == ["20.0.slot2_1.json"]
+
+
+def test_refusal_lines_are_exactly_what_htcondor_reads(node: Node):
+    node.prepare(job(20, threads=240, memory=100), "slot2_1")
+    ad = node.machine_ad('Name = "slot2_2@node1@node1.cosched.test"\n')
+    out = io.StringIO()
+    assert hook.main([], stdin=io.BytesIO(job(21, threads=4).encode()), stdout=out, env=node.env(ad),
+                     starter_pid=os.getpid()) == cn.EXIT_OVERSUBSCRIBED
+    first, second = out.getvalue().splitlines()
+    assert first == "HookStatusCode = 303"
+    assert second.startswith('HookStatusMessage = "condor_sched: device node1/mic0 (slot2_2) is full: ')
 
 
 def test_a_request_larger_than_the_device_is_refused(node: Node):
@@ -203,7 +250,7 @@ def test_a_request_larger_than_the_device_is_refused(node: Node):
 def test_concurrent_starts_on_one_device_never_overlap(node: Node):
     script = str(HOOKS / "cosched_prepare_job.py")
     procs = []
-    for index in range(7):   # 7 x 10 cores on a 60-core device: exactly one is refused
+    for index in range(7):   # 7 x 40 threads on a 240-thread device: exactly one is refused
         ad = node.machine_ad(f'Name = "slot2_{index + 1}@node1@node1.cosched.test"\n')
         procs.append(subprocess.Popen([SYSTEM_PYTHON, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, env=dict(node.env(ad), PATH="/usr/bin:/bin")))
@@ -214,10 +261,11 @@ def test_concurrent_starts_on_one_device_never_overlap(node: Node):
     for proc in procs:
         codes.append(proc.wait(timeout=60))
         out = cn.parse_classad(proc.stdout.read())
-        if out:
-            ranges.append(environment(out)["COSCHED_DEVICE_CORES"])
+        if cn.ad_get(out, "Environment") is not None:
+            ranges.append(environment(out)["COSCHED_DEVICE_THREADS"])
     assert sorted(codes) == [0] * 6 + [cn.EXIT_OVERSUBSCRIBED]
-    assert sorted(ranges, key=lambda r: int(r.split("-")[0])) == [f"{c}-{c + 9}" for c in range(0, 60, 10)]
+    placed = sorted((r for r in ranges if r), key=lambda r: int(r.split("-")[0]))
+    assert placed == [f"{c}-{c + 39}" for c in range(0, 240, 40)]
 
 
 def test_a_slot_of_another_node_is_a_config_error(node: Node):
@@ -227,9 +275,10 @@ def test_a_slot_of_another_node_is_a_config_error(node: Node):
                      starter_pid=os.getpid()) == cn.EXIT_BAD_CONFIG
 
 
-def test_start_beyond_the_slots_allocation_is_refused(node: Node):
-    code, _ = node.prepare(job(threads=120), extra_machine="PhiThreads = 60\nPhiMemory = 4096\n")
-    assert code == cn.EXIT_OVERSUBSCRIBED and "allocated 60" in node.hooks_log()
+def test_start_beyond_the_slots_allocation_is_held_as_an_inconsistent_ad(node: Node):
+    code, out = node.prepare(job(threads=120), extra_machine="PhiThreads = 60\nPhiMemory = 4096\n")
+    assert code == cn.EXIT_BAD_AD and cn.ad_get(out, "HookStatusCode") == cn.EXIT_BAD_AD
+    assert "allocated 60" in node.hooks_log() and "allocated 60" in cn.ad_get(out, "HookStatusMessage")
 
 
 def test_non_device_jobs_get_nothing(node: Node):
@@ -257,7 +306,12 @@ def test_non_device_jobs_get_nothing(node: Node):
 ])
 def test_hostile_values_are_refused_cleanly(node: Node, capsys, job_ad, slot, extra_machine):
     code, out = node.prepare(job_ad, slot, extra_machine=extra_machine)
-    assert code == cn.EXIT_BAD_AD and out == {}
+    # held (HookStatusCode 4 < 300) with a readable message carrying no hostile value
+    assert code == cn.EXIT_BAD_AD and cn.ad_get(out, "HookStatusCode") == cn.EXIT_BAD_AD
+    message = cn.ad_get(out, "HookStatusMessage")
+    assert message.startswith("condor_sched: malformed job or machine ad: ")
+    assert not any(bad in message for bad in ("rm -rf", "../", "etc/passwd", "\\", "RequestCpus * 1000"))
+    assert len(message) <= cn.MAX_HOOK_MESSAGE
     assert node.requests() == []
     assert "malformed ad" in node.hooks_log()
     assert "Traceback" not in capsys.readouterr().err
@@ -272,11 +326,19 @@ def test_bad_config_and_missing_agent_state_have_their_own_codes(node: Node):
     ad = node.machine_ad('Name = "slot2_1@node1@node1.cosched.test"\n')
     env = node.env(ad)
     env["COSCHED_NODE_CONFIG"] = str(node.root / "missing.json")
-    assert hook.main([], stdin=io.BytesIO(job().encode()), stdout=io.StringIO(), env=env) == cn.EXIT_BAD_CONFIG
+    out = io.StringIO()
+    assert hook.main([], stdin=io.BytesIO(job().encode()), stdout=out, env=env) == cn.EXIT_BAD_CONFIG
+    status = cn.parse_classad(out.getvalue())
+    assert cn.ad_get(status, "HookStatusCode") == cn.EXIT_BAD_CONFIG        # held: no replan fixes it
+    assert "bad node config on this node: node config " in cn.ad_get(status, "HookStatusMessage")
     env = node.env(ad)
     env["COSCHED_STATE_DIR"] = str(node.root / "no-agent")
-    assert hook.main([], stdin=io.BytesIO(job().encode()), stdout=io.StringIO(), env=env,
+    out = io.StringIO()
+    assert hook.main([], stdin=io.BytesIO(job().encode()), stdout=out, env=env,
                      starter_pid=os.getpid()) == cn.EXIT_NO_STATE
+    status = cn.parse_classad(out.getvalue())
+    assert cn.ad_get(status, "HookStatusCode") == 305                       # back to idle: a replan may
+    assert "node agent state unavailable" in cn.ad_get(status, "HookStatusMessage")
 
 
 def test_hook_runs_under_the_system_python_without_tracebacks(node: Node):
@@ -289,8 +351,9 @@ def test_hook_runs_under_the_system_python_without_tracebacks(node: Node):
     assert environment(cn.parse_classad(good.stdout))["OMP_NUM_THREADS"] == "32"
     bad = subprocess.run([SYSTEM_PYTHON, script], input=b"\xff\xfe garbage = = =\n", env=env,
                          capture_output=True, timeout=60)
-    assert bad.returncode == cn.EXIT_BAD_AD and bad.stdout == b""
-    assert b"Traceback" not in bad.stderr
+    assert bad.returncode == cn.EXIT_BAD_AD and b"Traceback" not in bad.stderr
+    status = cn.parse_classad(bad.stdout)
+    assert cn.ad_get(status, "HookStatusCode") == cn.EXIT_BAD_AD and "not UTF-8" in cn.ad_get(status, "HookStatusMessage")
     assert "not UTF-8" in node.hooks_log()
 
 

@@ -35,10 +35,10 @@ PIN1 = "slot1@node1@node1.cosched.test"
 
 def spread_job(cluster: int = 10, program: object = "lulesh", cpus: object = 4, ways: object = 4,
                bw: object = 10.0, scale: object = 1, pin: object = PIN1, nodes: object = None,
-               extra: str = "") -> str:
+               extra: str = "", proc: int = 0) -> str:
     def value(v: object) -> str:
         return f'"{v}"' if isinstance(v, str) else str(v)
-    lines = [f"ClusterId = {cluster}", "ProcId = 0", 'Owner = "alice"', f"RequestCpus = {cpus}"]
+    lines = [f"ClusterId = {cluster}", f"ProcId = {proc}", 'Owner = "alice"', f"RequestCpus = {cpus}"]
     if program is not None:
         lines.append(f"CoSchedProgram = {value(program)}")
     for attr, v in (("CoSchedPinSlot", pin), ("CoSchedPinLLCWays", ways), ("CoSchedPinMemBW", bw),
@@ -138,6 +138,11 @@ def environment(out: dict) -> dict:
     return dict(hook.parse_environment_v2(cn.ad_get(out, "Environment")))
 
 
+def group(cluster: int) -> str:
+    """The resctrl group of a cluster's procs run by this test's user (the request files' owner)."""
+    return f"{cluster}-uid{os.geteuid()}"
+
+
 # --------------------------------------------------------------------------------------- the hook
 
 def test_spread_job_gets_its_thread_cap_and_a_request_for_the_agent(node: Node):
@@ -170,9 +175,9 @@ def test_second_socket_maps_to_its_cache_id_and_unpinned_jobs_run_ungrouped(node
     (spread_job(program=".."), "slot1_1", "CoSchedProgram has a disallowed value"),
     (spread_job(program="a" * 65), "slot1_1", "CoSchedProgram has a disallowed value"),
     (spread_job(program=7), "slot1_1", "CoSchedProgram is not a string"),
-    (spread_job(ways=10 ** 30), "slot1_1", "CoSchedPinLLCWays=huge is outside [1, 11]"),
-    (spread_job(ways=12), "slot1_1", "CoSchedPinLLCWays=12 is outside [1, 11]"),
-    (spread_job(ways=0), "slot1_1", "CoSchedPinLLCWays=0"),
+    (spread_job(ways=10 ** 30), "slot1_1", "CoSchedPinLLCWays=huge is outside [0, 11]"),
+    (spread_job(ways=12), "slot1_1", "CoSchedPinLLCWays=12 is outside [0, 11]"),
+    (spread_job(ways=-1), "slot1_1", "CoSchedPinLLCWays=-1 is outside [0, 11]"),
     (spread_job(ways="4; rm -rf /"), "slot1_1", "CoSchedPinLLCWays is not an integer"),
     (spread_job(bw=-3.5), "slot1_1", "CoSchedPinMemBW=-3.5 is outside [0, 50]"),
     (spread_job(bw=1e300), "slot1_1", "CoSchedPinMemBW=huge"),
@@ -196,14 +201,24 @@ def test_hostile_spread_values_are_refused_with_a_logged_reason(node: Node, caps
         # on a device slot a job without RequestPhi* gets nothing (today's behaviour)
         assert (code, out) == (0, {})
         return
-    assert code == cn.EXIT_BAD_AD and out == {}
+    # held with the reason in HoldReason (HookStatusCode 4 < 300)
+    assert code == cn.EXIT_BAD_AD and cn.ad_get(out, "HookStatusCode") == cn.EXIT_BAD_AD
+    assert why in cn.ad_get(out, "HookStatusMessage")
     log = node.log("hooks.log")
     assert "job 10.0: malformed ad" in log and why in log, log
 
 
-def test_more_cpus_than_the_socket_is_refused(node: Node):
-    code, _ = node.prepare(spread_job(cpus=9))
-    assert code == cn.EXIT_OVERSUBSCRIBED and "RequestCpus 9 > the 8 cores of slot1" in node.log("hooks.log")
+def test_more_cpus_than_the_socket_is_an_inconsistent_ad(node: Node):
+    code, out = node.prepare(spread_job(cpus=9))
+    assert code == cn.EXIT_BAD_AD and "RequestCpus 9 > the 8 cores of slot1" in node.log("hooks.log")
+    assert "RequestCpus 9 > the 8 cores of slot1" in cn.ad_get(out, "HookStatusMessage")
+
+
+def test_a_proc_with_no_ways_of_its_own_starts(node: Node):
+    # MG's 3 ways over 4 procs on one socket: one proc's share is 0 (it uses its job's group)
+    code, out = node.prepare(spread_job(10, ways=0), "slot1_4")
+    assert code == cn.EXIT_OK and environment(out) == {"OMP_NUM_THREADS": "4"}
+    assert json.loads((node.state / "requests" / "10.0.slot1_4.json").read_text())["llc_ways"] == 0
 
 
 def test_spread_hook_under_the_system_python(node: Node):
@@ -227,34 +242,83 @@ def test_resctrl_groups_follow_the_jobs_give_away_reclaim_and_removal(node: Node
     assert node.prepare(spread_job(10, ways=4, bw=10.0), "slot1_1", starter_a, scratch_a)[0] == 0
     assert node.agent() == 0
     # alone on cache 0: its 4 ways plus the 7 unallocated ones; MBA 10/50 GB/s = 20 %
-    assert node.schemata("10.0") == "L3:0=7ff;1=400\nMB:0=20\n"
-    assert node.tasks("10.0") == job_pids(starter_a)
+    assert node.schemata(group(10)) == "L3:0=7ff;1=400\nMB:0=20\n"
+    assert node.tasks(group(10)) == job_pids(starter_a)
     assert node.agent() == 0
-    assert node.tasks("10.0") == job_pids(starter_a)          # no task written twice
+    assert node.tasks(group(10)) == job_pids(starter_a)          # no task written twice
 
     assert node.prepare(spread_job(11, ways=3, bw=20.0), "slot1_2", starter_b, scratch_b)[0] == 0
     assert node.agent() == 0
     # 4 + 3 asked, 4 spare reclaimed and shared equally: 10.0 has 6 ways, 11.0 has 5 after them
-    assert node.schemata("10.0") == "L3:0=3f;1=400\nMB:0=20\n"
-    assert node.schemata("11.0") == "L3:0=7c0;1=400\nMB:0=40\n"
-    assert node.tasks("11.0") == job_pids(starter_b)
+    assert node.schemata(group(10)) == "L3:0=3f;1=400\nMB:0=20\n"
+    assert node.schemata(group(11)) == "L3:0=7c0;1=400\nMB:0=40\n"
+    assert node.tasks(group(11)) == job_pids(starter_b)
 
     node.end(starter_a)
     assert node.agent() == 0
-    assert not (node.resctrl / "cosched_10.0").exists()
-    assert node.schemata("11.0") == "L3:0=7ff;1=400\nMB:0=40\n"     # its ways given away again
+    assert not (node.resctrl / f"cosched_{group(10)}").exists()
+    assert node.schemata(group(11)) == "L3:0=7ff;1=400\nMB:0=40\n"     # its ways given away again
     assert node.requests() == ["11.0.slot1_2.json"]
     node.end(starter_b)
     assert node.agent() == 0
     assert sorted(p.name for p in node.resctrl.iterdir()) == ["info", "schemata", "tasks"]
     assert (node.resctrl / "schemata").read_text() == "L3:0=7ff;1=7ff\nMB:0=100;1=100\n"
     log = node.log()
-    assert "job 10.0: resctrl group cosched_10.0 created" in log
-    assert "job 10.0: resctrl group cosched_10.0 removed (job ended)" in log
+    assert f"job {group(10)}: resctrl group cosched_{group(10)} created" in log
+    assert f"job {group(10)}: resctrl group cosched_{group(10)} removed (job ended)" in log
     # both ran, but not alone on their socket slot: records say so
     assert node.record("lulesh", "10.0")["exclusive"] is False
     assert node.record("lulesh", "11.0")["exclusive"] is False
     assert os.listdir(node.state / "spread") == []
+
+
+def test_a_jobs_procs_on_one_cache_share_one_group_of_the_sum_of_their_ways(node: Node):
+    node.make_resctrl()
+    # MG's w = 3 ways over its 4 procs on socket 0: shares 1, 1, 1, 0 (sns.per_proc_details)
+    starters = [node.starter(f"p{i}") for i in range(4)]
+    for proc, ((starter, scratch), ways) in enumerate(zip(starters, (1, 1, 1, 0))):
+        assert node.prepare(spread_job(10, proc=proc, cpus=1, ways=ways, bw=7.25), f"slot1_{proc + 1}",
+                            starter, scratch)[0] == 0
+    other, other_scratch = node.starter("other")
+    assert node.prepare(spread_job(11, cpus=2, ways=4, bw=10.0), "slot1_5", other, other_scratch)[0] == 0
+    assert node.agent() == 0
+    # asked 3 + 4 of 11 ways; the 4 spare ones shared equally (name order): 5 and 6 ways
+    assert node.schemata(group(10)) == "L3:0=1f;1=400\nMB:0=60\n"       # 4 x 7.25 GB/s = 58% of 50
+    assert node.schemata(group(11)) == "L3:0=7e0;1=400\nMB:0=20\n"
+    assert node.tasks(group(10)) == sorted(pid for starter, _ in starters for pid in job_pids(starter))
+    assert sorted(p.name for p in node.resctrl.iterdir() if p.name.startswith("cosched_")) == \
+        [f"cosched_{group(10)}", f"cosched_{group(11)}"]
+    node.end(starters[0][0])
+    assert node.agent() == 0
+    # 2 + 4 asked, 5 spare: 3 of them to the group; 3 x 7.25 GB/s = 44% of 50, MBA step 10
+    assert node.schemata(group(10)) == "L3:0=1f;1=400\nMB:0=50\n"
+    for starter, _ in starters[1:3]:
+        node.end(starter)
+    assert node.agent() == 0
+    # the proc left has no way of its own (HTCondor accounts it none): no group, it runs
+    # in the default group as an unpinned job does
+    assert not (node.resctrl / f"cosched_{group(10)}").exists()
+    assert node.schemata(group(11)) == "L3:0=7ff;1=400\nMB:0=20\n"
+    assert starters[3][0].poll() is None
+
+
+def test_group_ways_sum_distinct_procs_bounded_by_the_socket():
+    config = cn.parse_node_config(NODE)
+
+    def proc(n: int, ways: int, starter: int, uid: int = 2001, cluster: int = 10, slot_id: int = 1):
+        return (cn.SpreadRequest(cluster, n, f"slot{slot_id}_{n + 1}", slot_id, slot_id - 1, ways, 5.0, "MG", 1, 0,
+                                 1, starter, 77, "/x", "alice"), uid)
+
+    mg = [proc(0, 1, 100), proc(1, 1, 101), proc(2, 1, 102), proc(3, 0, 103)]
+    assert agent.group_shares(config, mg) == ({"10-uid2001": {0: 3}}, {"10-uid2001": {0: 40}})
+    # a second request of one proc (same starter) adds nothing; another uid is another group
+    forged = [proc(1, 5, 101), proc(4, 2, 104, uid=2002)]
+    assert agent.group_shares(config, mg + forged)[0] == {"10-uid2001": {0: 7}, "10-uid2002": {0: 2}}
+    # 3 procs x 5 ways on an 11-way socket: the group is the socket's 11 ways; one proc per socket
+    wide = [proc(0, 5, 100), proc(1, 5, 101), proc(2, 5, 102), proc(3, 4, 103, slot_id=2)]
+    assert agent.group_shares(config, wide)[0] == {"10-uid2001": {0: 11, 1: 4}}
+    # no proc with a way (compact-share plans none): no group, its procs run ungrouped
+    assert agent.group_shares(config, [proc(0, 0, 100), proc(1, 0, 101)]) == ({}, {})
 
 
 def test_jobs_on_two_sockets_get_masks_on_their_own_cache_ids(node: Node):
@@ -265,8 +329,8 @@ def test_jobs_on_two_sockets_get_masks_on_their_own_cache_ids(node: Node):
     assert node.prepare(spread_job(11, ways=5, pin="slot2@node1@node1.cosched.test"), "slot2_1",
                         starter_b, scratch_b)[0] == 0
     assert node.agent() == 0
-    assert node.schemata("10.0") == "L3:0=7ff;1=400\nMB:0=20\n"
-    assert node.schemata("11.0") == "L3:0=400;1=7ff\nMB:1=20\n"
+    assert node.schemata(group(10)) == "L3:0=7ff;1=400\nMB:0=20\n"
+    assert node.schemata(group(11)) == "L3:0=400;1=7ff\nMB:1=20\n"
     node.end(starter_a)
     node.end(starter_b)
     assert node.agent() == 0
@@ -283,12 +347,12 @@ def test_closids_exhausted_leaves_the_newcomer_ungrouped_with_a_logged_reason(no
     assert node.prepare(spread_job(11), "slot1_2", starter_b, scratch_b)[0] == 0
     agent_once = node.agent
     assert agent_once() == 0
-    assert (node.resctrl / "cosched_10.0").is_dir() and not (node.resctrl / "cosched_11.0").exists()
-    assert "job 11.0 runs ungrouped: no CLOSID left" in node.log()
+    assert (node.resctrl / f"cosched_{group(10)}").is_dir() and not (node.resctrl / f"cosched_{group(11)}").exists()
+    assert f"job {group(11)} runs ungrouped: no CLOSID left" in node.log()
     node.end(starter_a)
     assert agent_once() == 0               # a CLOSID is free again: the waiting job gets it
-    assert (node.resctrl / "cosched_11.0").is_dir() and not (node.resctrl / "cosched_10.0").exists()
-    assert node.tasks("11.0") == job_pids(starter_b)
+    assert (node.resctrl / f"cosched_{group(11)}").is_dir() and not (node.resctrl / f"cosched_{group(10)}").exists()
+    assert node.tasks(group(11)) == job_pids(starter_b)
 
 
 def test_absent_resctrl_is_logged_and_jobs_still_run_and_get_records(node: Node):
@@ -332,9 +396,9 @@ def test_agent_refuses_hostile_spread_requests(node: Node, capsys, change, why):
     assert node.agent() == 0
     assert "Traceback" not in capsys.readouterr().err
     if why is None:
-        assert node.requests() == [name] and (node.resctrl / "cosched_10.0").is_dir()
+        assert node.requests() == [name] and (node.resctrl / f"cosched_{group(10)}").is_dir()
         return
-    assert node.requests() == [] and not (node.resctrl / "cosched_10.0").exists()
+    assert node.requests() == [] and not (node.resctrl / f"cosched_{group(10)}").exists()
     assert f"request file '{name}' removed: {why}" in node.log()
     assert not (node.profiles / "runs").exists() or not any((node.profiles / "runs").iterdir())
 
@@ -345,7 +409,7 @@ def test_a_forged_request_without_job_processes_claims_no_ways(node: Node):
     # names a real starter, but a scratch dir no process of it has
     assert node.prepare(spread_job(10, ways=11), "slot1_1", starter_a, node.root / "elsewhere")[0] == 0
     assert node.agent() == 0
-    assert not (node.resctrl / "cosched_10.0").exists()
+    assert not (node.resctrl / f"cosched_{group(10)}").exists()
     node.end(starter_a)
     assert node.agent() == 0
     assert node.record("lulesh", "10.0")["exclusive"] is False

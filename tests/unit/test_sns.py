@@ -84,6 +84,27 @@ def test_mg_at_k1_splits_over_sockets_by_bandwidth():
     assert sorted(counts.values()) == [8, 8]
 
 
+def test_a_sockets_ways_split_over_more_procs_than_ways_sums_to_the_group():
+    """Issue 9, item 3: MG's w = 3 ways over its 4 procs on a socket gives shares 1, 1, 1, 0
+    (HTCondor accounts each as the proc's RequestLLCWays; the node agent's group on that
+    cache is their sum, 3); no share is ever negative, and none is lost."""
+    slot = pool(1)[0]
+    node = sns.node_states([slot])[0]
+    procs = cluster(1, "MG", procs=4)
+    placement = sns.NodePlacement(node, [(p, 0, 7.25) for p in procs], {0: 3})
+    details = [a.details for a in sns.per_proc_details([placement], {"program": "MG"})]
+    assert [d["llc_ways"] for d in details] == [1, 1, 1, 0]
+    assert all(d["group_llc_ways"] == 3 for d in details)
+    # the whole plan of the bundled MG profile: 8 procs a socket at w = 3 (5 of them share 0)
+    plan = sns.SnsPolicy().plan(*request(cluster(2, "MG"), pool(1)))
+    per_slot: dict[str, list[int]] = {}
+    for a in plan.assignments:
+        per_slot.setdefault(a.slot, []).append(a.details["llc_ways"])
+        assert a.details["llc_ways"] >= 0
+    assert {a.details["group_llc_ways"] for a in plan.assignments} == {3}
+    assert sorted(sorted(v) for v in per_slot.values()) == [[0] * 5 + [1] * 3] * 2
+
+
 def partial(name: str, free_cpus: int, free_ways: int, free_bw: float) -> Slot:
     total = Resources(cpus=8, llc_ways=20, mem_bw_gbs=40.0)
     return Slot(f"slot1@{name}", name, SlotKind.SOCKET, total,

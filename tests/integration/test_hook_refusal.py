@@ -1,0 +1,129 @@
+"""What a user sees when the PREPARE_JOB hook refuses a start, on the real pool (issue 9).
+
+A refusal a new plan can fix sends the job back to Idle with the reason in VacateReason; the
+START guard of config.d/20 keeps it off the pin it was refused on until a newer
+CoSchedPinTime; a refusal no plan fixes holds it with the reason in HoldReason.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import htcondor2
+import pytest
+
+pytestmark = pytest.mark.pool
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "node_hooks"))
+
+import cosched_node as cn  # noqa: E402
+
+REFUSAL_ATTRS = ["JobStatus", "VacateReason", "VacateReasonCode", "VacateReasonSubCode", "LastVacateTime",
+                 "NumShadowStarts", "NumJobStarts", "HoldReason", "HoldReasonCode", "HoldReasonSubCode",
+                 "ExitCode", "LastRemoteHost", "CoSchedPinTime"]
+
+
+class CoRunner:
+    """A job the hook sees on a device but HTCondor does not account (one started outside
+    HTCondor, or from a stale ad): a live process named condor_starter and its request file
+    in the node agent's state dir, as a PREPARE_JOB hook writes one."""
+
+    def __init__(self, pool, node: str, device: str, memory_mb: int, threads: int, tmp: Path) -> None:
+        starter = tmp / "condor_starter"
+        shutil.copy("/bin/sleep", starter)
+        self.process = subprocess.Popen([str(starter), "600"])
+        self.requests = pool.info.root / "var/lib/condor_sched" / node / "requests"
+        start = None
+        while start is None:
+            start = cn.process_start_time(self.process.pid)
+        request = cn.Request(999999, 0, "slot2_999", device, memory_mb, threads, ((240 - threads, 240),),
+                             self.process.pid, start, str(tmp), "root")
+        self.path = self.requests / request.file_name
+        self.path.write_text(json.dumps(request.to_json()))
+
+    def end(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        self.path.unlink(missing_ok=True)
+
+
+def hooks_log_lines(pool, node: str, text: str) -> int:
+    log = pool.info.root / "var/lib/condor_sched" / node / "hooks.log"
+    return sum(text in line for line in log.read_text().splitlines())
+
+
+def test_a_refused_device_start_goes_back_to_idle_with_its_reason_and_waits_for_a_new_pin(pool, tmp_path):
+    node, slot = "node1", pool.slot(2, "node1")
+    co_runner = CoRunner(pool, node, "mic0", 8000, 60, tmp_path)
+    cluster = None
+    try:
+        cluster = pool.submit(request_PhiMemory="1000", request_PhiThreads="60", arguments="1")
+        job = f"{cluster}.0"
+        assert pool.admin_edit(job, "CoSchedPinSlot", f'"{slot}"') == 1
+        # Idle again (never held), the hook's message in VacateReason; HTCondor 25.14 keeps the
+        # hook's status only in the text (VacateReasonSubCode is 0): config.d/20 matches on it.
+        ad = pool.wait_for(cluster, lambda a: a.get("VacateReasonCode") is not None and a["JobStatus"] != 2,
+                           REFUSAL_ATTRS, timeout_s=90)
+        print("after the refusal:", ad)
+        assert ad["JobStatus"] == 1, ad
+        assert ad["VacateReasonCode"] == cn.VACATE_CODE_STARTER_ERROR == 1007 and ad["VacateReasonSubCode"] == 0
+        assert ad["VacateReason"].startswith("Error from slot2_"), ad
+        assert "PREPARE_JOB (prepare_job) failed (reported status 303): condor_sched: device node1/mic0 (slot2_" \
+            in ad["VacateReason"], ad
+        assert "is full: device memory 8000+1000 MB > 8192 MB on mic0" in ad["VacateReason"], ad
+        assert isinstance(ad["LastVacateTime"], int) and ad["NumShadowStarts"] == 1 and ad.get("NumJobStarts", 0) == 0
+        # No loop: 30 s (15 negotiation cycles) later the job has not started again. (Without
+        # the START guard it does: with CoSchedPinTime an hour ahead, the hook refused it
+        # twice in 30 s on this pool, a new start each ~13 s.)
+        time.sleep(30)
+        later = pool.job(cluster, REFUSAL_ATTRS)
+        print("30 s later:", later)
+        assert later["JobStatus"] == 1 and later["NumShadowStarts"] == 1, later
+        assert hooks_log_lines(pool, node, f"job {job} refused on device node1/mic0") == 1
+        # The job's event log tells the user too: the starter's error (021), then the eviction (004).
+        events = (Path(pool.schedd().query(f"ClusterId == {cluster}", projection=["Iwd"])[0]["Iwd"]) / "log").read_text()
+        print(events)
+        assert "021 (" in events and "004 (" in events and "is full: device memory 8000+1000 MB" in events
+        # The device frees up and the sidecar pins the job again: it starts and completes.
+        co_runner.end()
+        assert pool.admin_edit(job, "CoSchedPinTime", str(int(time.time()) + 1)) == 1
+        done = pool.wait_for(cluster, lambda a: a["JobStatus"] == 4, REFUSAL_ATTRS, timeout_s=90)
+        assert done["ExitCode"] == 0 and done["NumShadowStarts"] == 2, done
+    finally:
+        co_runner.end()
+        if cluster is not None:
+            pool.schedd().act(htcondor2.JobAction.Remove, f"ClusterId == {cluster} && JobStatus != 4")
+
+
+def spread_proc(pool, ways: int, scale: int) -> int:
+    cluster = pool.submit(request_cpus="1", request_memory="64", arguments="1", **{"+CoSchedProgram": '"MG"'})
+    job = f"{cluster}.0"
+    for attr, value in (("CoSchedPinLLCWays", str(ways)), ("CoSchedPinMemBW", "2"), ("CoSchedPinScale", str(scale)),
+                        ("CoSchedPinTime", str(int(time.time())))):
+        assert pool.admin_edit(job, attr, value) == 1
+    assert pool.admin_edit(job, "CoSchedPinSlot", f'"{pool.slot(1, "node2")}"') == 1
+    return cluster
+
+
+def test_a_malformed_pin_holds_the_job_with_a_reason_users_can_read(pool):
+    cluster = spread_proc(pool, ways=1, scale=3)
+    try:
+        ad = pool.wait_for(cluster, lambda a: a["JobStatus"] == 5, REFUSAL_ATTRS, timeout_s=90)
+        print("held:", ad)
+        assert ad["HoldReasonCode"] == 19 and ad["HoldReasonSubCode"] == cn.EXIT_BAD_AD, ad
+        assert "condor_sched: malformed job or machine ad: attribute CoSchedPinScale=3 is not one of (1, 2, 4, 8)" \
+            in ad["HoldReason"], ad
+    finally:
+        pool.schedd().act(htcondor2.JobAction.Remove, f"ClusterId == {cluster}")
+
+
+def test_a_spread_proc_with_no_ways_of_its_own_runs(pool):
+    cluster = spread_proc(pool, ways=0, scale=1)
+    ad = pool.wait_for(cluster, lambda a: a["JobStatus"] in (4, 5), REFUSAL_ATTRS, timeout_s=90)
+    assert ad["JobStatus"] == 4 and ad["ExitCode"] == 0, ad
+    assert os.path.basename(ad["LastRemoteHost"]).startswith("slot1_") and "@node2@" in ad["LastRemoteHost"]

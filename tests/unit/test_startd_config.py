@@ -1,0 +1,92 @@
+"""The START expression of config.d/20-cosched-startd.conf, evaluated with classad2 as the
+startd does (MY = the slot, TARGET = the job): pins, exclusive pins, and the guard that keeps
+a job off a pin the PREPARE_JOB hook refused it on (issue 9)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import classad2
+import pytest
+
+SNIPPET = Path(__file__).resolve().parents[2] / "config.d" / "20-cosched-startd.conf"
+DEVICE_SLOT = "slot2@node1@node1.cosched.test"
+SOCKET_SLOT = "slot1@node1@node1.cosched.test"
+
+
+def start_expression() -> classad2.ExprTree:
+    """START with every $(MACRO) of the snippet expanded in order (the pool's own START: true)."""
+    macros = {"START": "true", "STARTD_ATTRS": ""}
+    for line in SNIPPET.read_text().splitlines():
+        match = re.match(r"^([A-Za-z_][A-Za-z0-9_.]*)\s*=\s*(.*)$", line)
+        if match:
+            macros[match.group(1)] = re.sub(r"\$\((\w+)\)", lambda m: macros[m.group(1)], match.group(2))
+    # Config expressions are old ClassAd syntax, where a backslash is literal (regexps' "\1");
+    # classad2 parses the new syntax, where it escapes.
+    return classad2.ExprTree(macros["START"].replace("\\", "\\\\"))
+
+
+START = start_expression()
+
+
+def slot(name: str, **attrs) -> classad2.ClassAd:
+    ad = {"Name": name, "PartitionableSlot": True}
+    if name == DEVICE_SLOT:
+        ad.update(PhiDeviceName="mic0", PhiMemory=8192, TotalSlotPhiMemory=8192, PhiThreads=240,
+                  TotalSlotPhiThreads=240)
+    return classad2.ClassAd({**ad, **attrs})
+
+
+def device_job(**attrs) -> classad2.ClassAd:
+    return classad2.ClassAd({"RequestPhiMemory": 1000, "RequestPhiThreads": 60, "CoSchedPinSlot": DEVICE_SLOT,
+                             **attrs})
+
+
+def spread_job(**attrs) -> classad2.ClassAd:
+    return classad2.ClassAd({"CoSchedProgram": "MG", "CoSchedPinSlot": SOCKET_SLOT, **attrs})
+
+
+def vacated(status: int, code: int = 1007, message: str = "condor_sched: device node1/mic0 (slot2_1) is full: "
+            "device memory 8000+1000 MB > 8192 MB on mic0 (running jobs + this one); back to idle for a new plan"
+            ) -> dict:
+    """What HTCondor 25.14 wrote in the job ad when the hook sent it back to Idle (seen on the pool)."""
+    return {"VacateReasonCode": code, "VacateReasonSubCode": 0, "LastVacateTime": 1000,
+            "VacateReason": f"Error from slot2_1@node1@node1.cosched.test: PREPARE_JOB (prepare_job) failed "
+                            f"(reported status {status}): {message}"}
+
+
+REFUSED = vacated(303)
+
+
+def starts(slot_ad: classad2.ClassAd, job_ad: classad2.ClassAd) -> bool:
+    return START.eval(scope=slot_ad, target=job_ad) is True
+
+
+def test_pinned_jobs_start_only_where_pinned():
+    assert starts(slot(DEVICE_SLOT), device_job())
+    assert not starts(slot(DEVICE_SLOT), device_job(CoSchedPinSlot=SOCKET_SLOT))
+    assert not starts(slot(DEVICE_SLOT), spread_job())
+    assert starts(slot(SOCKET_SLOT), spread_job())
+    assert not starts(slot(SOCKET_SLOT), device_job())
+    assert starts(slot(SOCKET_SLOT), classad2.ClassAd({"RequestCpus": 1}))   # other jobs as before
+
+
+@pytest.mark.parametrize("make, slot_name", [(device_job, DEVICE_SLOT), (spread_job, SOCKET_SLOT)])
+def test_a_job_the_hook_refused_waits_for_a_newer_pin(make, slot_name):
+    here = slot(slot_name)
+    assert not starts(here, make(**REFUSED))                                # no CoSchedPinTime: the old pin
+    assert not starts(here, make(**REFUSED, CoSchedPinTime=1000))           # refused on this very pin
+    assert not starts(here, make(**REFUSED, CoSchedPinTime=999))
+    assert starts(here, make(**REFUSED, CoSchedPinTime=1001))              # pinned again after the refusal
+    assert starts(here, make(**vacated(305), CoSchedPinTime=1001))
+    assert not starts(here, make(**vacated(305)))
+    # other vacates (another hook's or the starter's error, a preemption) do not count
+    assert starts(here, make(**vacated(390, message="site hook: try elsewhere")))
+    assert starts(here, make(**vacated(303, message="site hook: condor_sched: no")))
+    assert starts(here, make(**vacated(303, code=1011)))
+    assert starts(here, make(**{**REFUSED, "VacateReason": "Error from slot1: starter failed"}))
+    assert starts(here, make(**{k: v for k, v in REFUSED.items() if k != "LastVacateTime"}, CoSchedPinTime=5)) is False
+
+
+def test_other_jobs_are_not_affected_by_a_past_refusal():
+    assert starts(slot(SOCKET_SLOT), classad2.ClassAd({"RequestCpus": 1, **REFUSED}))
