@@ -172,12 +172,13 @@ def _lenient(ad: classad2.ClassAd, attr: str, kind: type) -> Any:
 
 def _start_refused(ad: classad2.ClassAd, status: JobStatus) -> str | None:
     """The execute node's reason when it sent this idle job back to Idle (a PREPARE_JOB hook
-    refusal: ``VacateReasonCode`` 1007) after its current pin was written (``CoSchedPinTime``):
-    the job went Idle (``EnteredCurrentStatus``) no earlier than the pin."""
+    refusal: ``VacateReasonCode`` 1007) at or after its current pin was written
+    (``LastVacateTime`` >= ``CoSchedPinTime``; without a vacate time, when it went Idle)."""
     if status is not JobStatus.IDLE or _lenient(ad, "VacateReasonCode", int) != HOOK_REFUSED_VACATE_CODE:
         return None
-    pinned_at, idle_since = _lenient(ad, PIN_TIME_ATTR, int), _lenient(ad, "EnteredCurrentStatus", int)
-    if _lenient(ad, PIN_SLOT_ATTR, str) is None or (pinned_at is not None and (idle_since or 0) < pinned_at):
+    pinned_at = _lenient(ad, PIN_TIME_ATTR, int)
+    vacated_at = _lenient(ad, "LastVacateTime", int) or _lenient(ad, "EnteredCurrentStatus", int) or 0
+    if _lenient(ad, PIN_SLOT_ATTR, str) is None or (pinned_at is not None and vacated_at < pinned_at):
         return None
     return (_lenient(ad, "VacateReason", str) or "the execute node refused the start")[:300]
 

@@ -46,7 +46,7 @@ def covered_jobs() -> str:
 _JOB_ATTRS = [
     "ClusterId", "ProcId", "GlobalJobId", "Owner", "JobStatus", "QDate", "Cmd", "Requirements",
     "RequestCpus", "RequestMemory", "RequestLLCWays", "RequestMemBW", "CoSchedProgram", "CoSchedAlpha", "RemoteHost", "JobCurrentStartDate", "AllowedExecuteDuration", "MemoryUsage", "ImageSize",
-    "User", "AccountingGroup", "JobPrio", "VacateReason", "VacateReasonCode", "EnteredCurrentStatus",
+    "User", "AccountingGroup", "JobPrio", "VacateReason", "VacateReasonCode", "LastVacateTime", "EnteredCurrentStatus",
     PIN_SLOT_ATTR, PIN_CYCLE_ATTR, PIN_ORIGINAL_ATTR, PIN_LLC_WAYS_ATTR, PIN_MEM_BW_ATTR, PIN_SCALE_ATTR,
     PIN_TIME_ATTR, PIN_REASON_ATTR,
 ]
