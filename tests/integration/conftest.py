@@ -35,7 +35,10 @@ import json, sys
 import htcondor2
 schedd = htcondor2.Schedd(htcondor2.Collector().query(htcondor2.AdTypes.Schedd)[0])
 job, attr, value = sys.argv[1:4]
-print(json.dumps(schedd.edit(job, attr, value)))
+if attr == "--remove":
+    print(json.dumps(schedd.act(htcondor2.JobAction.Remove, job)["TotalSuccess"]))
+else:
+    print(json.dumps(schedd.edit(job, attr, value)))
 """
 
 
@@ -96,6 +99,10 @@ class PoolHandle:
             raise RuntimeError(f"admin edit of {job_id} failed: {out.stderr.strip()[-500:]}")
         return json.loads(out.stdout)
 
+    def admin_remove(self, constraint: str) -> int:
+        """Remove the jobs of ``constraint``, whoever owns them (as the queue super user)."""
+        return self.admin_edit(constraint, "--remove", "")
+
     def job(self, cluster: int, attrs: list[str]) -> dict[str, Any] | None:
         """The job's queue ad, else its history ad, else None."""
         constraint = f"ClusterId == {cluster}"
@@ -140,5 +147,5 @@ def pool(request):
     htcondor2.reload_config()
     handle = PoolHandle(info, settings)
     # The cached root keeps its job queue across sessions: start from an empty one.
-    handle.schedd().act(htcondor2.JobAction.Remove, "true")
+    handle.admin_remove("true")
     return handle
