@@ -364,9 +364,49 @@ def state_from_ads(job_ads: Mapping[str | None, Iterable[classad2.ClassAd]],
         skipped += bad
     slots, slot_skips = slots_from_ads(slot_ads)
     usable = {s.name for s in slots}
-    eligible = eligible_slots([(job, ad) for job, ad in pairs if job.is_idle],
-                              [ad for ad in slot_ads if ad.get("Name") in usable])
-    return PoolState(tuple(job for job, _ in pairs), tuple(slots), tuple(skipped + slot_skips), eligible)
+    idle = [(job, ad) for job, ad in pairs if job.is_idle]
+    slot_ads = [ad for ad in slot_ads if ad.get("Name") in usable]
+    return PoolState(tuple(job for job, _ in pairs), tuple(slots), tuple(skipped + slot_skips),
+                     eligible_slots(idle, slot_ads), ranks=slot_ranks(idle, slot_ads))
+
+
+def slot_ranks(jobs: Iterable[tuple[Job, classad2.ClassAd]],
+               slot_ads: Iterable[classad2.ClassAd]) -> dict[JobKey, dict[str, float]]:
+    """Each job's ``Rank`` of every partitionable slot (HTCondor's preference among slots
+    that match: higher is better), for jobs whose Rank is not a constant; evaluated once per
+    group of jobs equal in Rank and in every job attribute it reads. A Rank that does not
+    evaluate to a number ranks a slot 0, as in HTCondor."""
+    targets = [(ad.get("Name"), _probe_target(ad)) for ad in slot_ads if _eval_quietly(ad, "PartitionableSlot")]
+    memo: dict[tuple, dict[str, float]] = {}
+    out: dict[JobKey, dict[str, float]] = {}
+    for job, ad in jobs:
+        if "Rank" not in ad:
+            continue
+        rank = ad.lookup("Rank")
+        if not ad.externalRefs(rank) and not ad.internalRefs(rank):
+            continue  # a constant prefers no slot
+        text = str(rank)
+        refs = sorted(r for r in _own_references(ad, rank) if r in ad and r.lower() != "rank")
+        key = (text, tuple((r, str(ad.lookup(r))) for r in refs))
+        if key not in memo:
+            probe = classad2.ClassAd()
+            for r, value in key[1]:
+                probe[r] = classad2.ExprTree(value)
+            expr = classad2.ExprTree(text)
+            memo[key] = {name: _rank_value(expr, probe, target) for name, target in targets}
+        if len(set(memo[key].values())) > 1:
+            out[job.key] = memo[key]
+    return out
+
+
+def _rank_value(expr: classad2.ExprTree, job: classad2.ClassAd, slot: classad2.ClassAd) -> float:
+    try:
+        value = expr.eval(job, slot)
+    except Exception:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return float(value) if isinstance(value, bool) else 0.0
+    return float(value)
 
 
 def _probe_target(slot_ad: classad2.ClassAd) -> classad2.ClassAd:

@@ -296,6 +296,34 @@ def _without_refused_slot(eligible: Mapping[JobKey, frozenset[str]], refused: Ma
     return out
 
 
+def by_rank(plan: Plan, request: PlanRequest, ranks: Mapping[JobKey, Mapping[str, float]]) -> Plan:
+    """The job's ``Rank`` as HTCondor uses it, to choose among slots that would do: a device
+    job moves from its planned slot to an eligible one it ranks higher that still has room
+    for it once every planned job is in place (best first). The same jobs are placed on as
+    many slots' worth of room, so the policy's packing stands; a whole-device pin stays."""
+    if not ranks or not any(a.job in ranks for a in plan.assignments):
+        return plan
+    jobs = {j.key: j for j in request.idle}
+    slots = {s.name: s for s in request.slots}
+    left = {name: s.free for name, s in slots.items()}
+    for a in plan.assignments:
+        left[a.slot] = left[a.slot] - assigned_request(jobs[a.job], a)
+    moved = []
+    for a in plan.assignments:
+        rank, allowed = ranks.get(a.job), request.eligible.get(a.job)
+        if rank and not a.details.get("whole_device"):
+            need = assigned_request(jobs[a.job], a)
+            better = sorted((n for n in slots if rank.get(n, 0.0) > rank.get(a.slot, 0.0)
+                             and (allowed is None or n in allowed)), key=lambda n: (-rank.get(n, 0.0), n))
+            for name in better:
+                if need.fits_in(left[name]) and jobs[a.job].request.device_threads <= slots[name].total.device_threads:
+                    left[name], left[a.slot] = left[name] - need, left[a.slot] + need
+                    a = replace(a, slot=name)
+                    break
+        moved.append(a)
+    return replace(plan, assignments=tuple(moved))
+
+
 #: Most turns a cycle gives a policy when several submitters wait (each turn is one policy run).
 MAX_TURNS = 4
 
@@ -390,7 +418,7 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
         idle=device_jobs, slots=device_slots, running=running,
         eligible=_with_device_kinds(eligible, device_jobs, device_slots), nodes=state.nodes, cycle=cycle,
         first_seen_cycle=first_seen, profiles=config.profiles, exploration_scales=state.exploration_scales)
-    plans = [plan_in_turns(config.device_policy, request, config.plan, is_aged)]
+    plans = [by_rank(plan_in_turns(config.device_policy, request, config.plan, is_aged), request, state.ranks)]
     if config.spread_policy is not None:
         spread_jobs, socket_slots = offered((j for j in to_plan if j.wants_spread), SlotKind.SOCKET)
         plans.append(plan_in_turns(config.spread_policy, replace(request, idle=spread_jobs, slots=socket_slots,

@@ -263,6 +263,8 @@ class PoolState:
     #: The negotiator's effective priority of each submitter (lower is better, HTCondor's
     #: convention); a submitter missing from it has the default, 0.5.
     user_priorities: Mapping[str, float] = field(default_factory=dict)
+    #: Each job's ``Rank`` of the slots (higher preferred), for jobs whose Rank prefers some.
+    ranks: Mapping[JobKey, Mapping[str, float]] = field(default_factory=dict)
 
     def idle_jobs(self) -> tuple[Job, ...]:
         return tuple(j for j in self.jobs if j.is_idle)

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from test_sidecar import DEV, FirstFit, RecordingEditor, decide, device_job, slot
 
-from condor_sched.classads import eligible_slots, has_pin_clause, job_from_ad, jobs_from_ads, slot_from_ad
+from condor_sched.classads import eligible_slots, has_pin_clause, job_from_ad, jobs_from_ads, slot_from_ad, slot_ranks
 from condor_sched.cli import main
 from condor_sched.cycle import CycleConfig, CycleMemory, decide_cycle
 from condor_sched.explain import explain, find_job
@@ -210,3 +210,30 @@ def test_explain_command_on_the_bundled_snapshot():
     assert result.exit_code == 0, result.output
     assert "pinned to slot" in result.output and "pinned here" in result.output
     assert CliRunner().invoke(main, ["explain", "999.0"]).exit_code == 1
+
+
+# ---- Rank -----------------------------------------------------------------------------------
+
+def test_rank_is_evaluated_per_slot_and_a_constant_rank_prefers_nothing():
+    slots = [_slot_ad(), _slot_ad(Name="slot3@node1@h", TotalSlotPhiMemory=16384)]
+    ads = []
+    for proc, rank in enumerate(("TARGET.TotalSlotPhiMemory", "0", 'TARGET.Name == "slot2@node1@h"')):
+        ad = classad2.ClassAd({"ClusterId": 1, "ProcId": proc, "JobStatus": 1, "RequestCpus": 1, "RequestMemory": 64,
+                               "RequestPhiMemory": 100, "RequestPhiThreads": 4})
+        ad["Rank"] = classad2.ExprTree(rank)
+        ads.append((job_from_ad(ad, "s"), ad))
+    ranks = slot_ranks(ads, slots)
+    assert ranks[JobKey("s", 1, 0)] == {"slot2@node1@h": 8192.0, "slot3@node1@h": 16384.0}
+    assert JobKey("s", 1, 1) not in ranks
+    assert ranks[JobKey("s", 1, 2)] == {"slot2@node1@h": 1.0, "slot3@node1@h": 0.0}
+
+
+def test_rank_breaks_ties_among_slots_with_room_and_never_overfills_one():
+    jobs = (device_job(1, mem=3000), device_job(2, mem=3000), device_job(3, mem=3000))
+    prefers_b = {j.key: {"slotA": 0.0, "slotB": 1.0} for j in jobs}
+    state = PoolState(jobs, (slot("slotA"), slot("slotB")), ranks=prefers_b)
+    d = decide(state, 1, FirstFit())  # first fit puts two on slotA, one on slotB
+    by_slot = Counter(p.slot for p in d.pins)
+    # slotB (8192 MB) takes two of the three 3000 MB jobs, the third stays on slotA.
+    assert by_slot == {"slotB": 2, "slotA": 1}
+    assert {p.job for p in d.pins} == {j.key for j in jobs}
