@@ -405,6 +405,7 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
     free = [s for s in _reserve(slots, kept, state.jobs) if s.unavailable is None]
     running = running_jobs(state)
     eligible = _without_refused_slot(state.eligible, refused, free)
+
     def is_aged(job: Job) -> bool:
         return cycle - first_seen.get(job.key, cycle) > config.plan.age_limit_cycles
 
