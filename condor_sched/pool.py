@@ -39,8 +39,11 @@ def job_projection() -> list[str]:
 
 
 def covered_jobs() -> str:
-    """Jobs any condor_sched policy covers: device jobs of every kind, and spread jobs (CoSchedProgram)."""
-    return " || ".join([*(f"({k.request_memory_attr} > 0)" for k in device_kinds()), "(CoSchedProgram =!= undefined)"])
+    """Jobs any condor_sched policy covers: device jobs of every kind (any device memory request
+    but 0), and spread jobs (CoSchedProgram)."""
+    # Any value but 0, so that a malformed request ("abc", -5) is read and held with its reason.
+    return " || ".join([*(f"({k.request_memory_attr} =!= undefined && {k.request_memory_attr} =!= 0)"
+                          for k in device_kinds()), "(CoSchedProgram =!= undefined)"])
 
 
 _JOB_ATTRS = [

@@ -38,7 +38,9 @@ def test_users_read_why_their_jobs_wait_or_are_held_and_release_restores_require
     jobs = [{"request_PhiMemory": "99999999"},                 # 0: larger than any device
             {"request_PhiMemory": "1000", "request_PhiThreads": None},  # 1: no request_PhiThreads
             {"request_PhiMemory": "1000", "requirements": "false"},     # 2: its Requirements match no slot
-            {"request_PhiMemory": "1000"}]                      # 3: fine
+            {"request_PhiMemory": "1000"},                      # 3: fine
+            {"request_PhiMemory": "-5"},                        # 4: invalid
+            {"request_PhiMemory": "1000", "request_PhiThreads": None, "+RequestPhiThreads": '"abc"'}]  # 5: invalid
     clusters = []
     for extra in jobs:
         description = {k: v for k, v in {**base, **extra}.items() if v is not None}
@@ -59,6 +61,8 @@ def test_users_read_why_their_jobs_wait_or_are_held_and_release_restores_require
         assert "condor_release" in ads[1]["HoldReason"]
         assert "no slot accepts it" in ads[2]["CoSchedPinReason"] and not isinstance(ads[2].get("CoSchedPinSlot"), str)
         assert ads[3]["CoSchedPinReason"].startswith(f"pinned to {ads[3]['CoSchedPinSlot']}")
+        assert ads[4]["JobStatus"] == 5 and "RequestPhiMemory out of range" in ads[4]["HoldReason"]
+        assert ads[5]["JobStatus"] == 5 and "RequestPhiThreads must be a number" in ads[5]["HoldReason"]
 
         explained = cli(pool, "explain", f"{clusters[0]}.0", "--live", user=pool.info.user)
         assert explained.returncode == 0, explained.stderr
@@ -66,7 +70,8 @@ def test_users_read_why_their_jobs_wait_or_are_held_and_release_restores_require
 
         released = cli(pool, "release")
         assert released.returncode == 0, released.stderr
-        assert "released 4 of 4" in released.stdout and "10-cosched-schedd.conf" in released.stdout
+        # every job the transform enrolled (not the -5 one: the transform takes only requests > 0)
+        assert "released 5 of 5" in released.stdout and "10-cosched-schedd.conf" in released.stdout
         after = [dict(a) for a in pool.schedd().query(constraint, ["Requirements", "CoSchedPinSlot", "CoSchedPinReason"])]
         assert all("CoSchedPinSlot" not in str(a["Requirements"]) and not isinstance(a.get("CoSchedPinReason"), str)
                    for a in after)

@@ -237,3 +237,12 @@ def test_rank_breaks_ties_among_slots_with_room_and_never_overfills_one():
     # slotB (8192 MB) takes two of the three 3000 MB jobs, the third stays on slotA.
     assert by_slot == {"slotB": 2, "slotA": 1}
     assert {p.job for p in d.pins} == {j.key for j in jobs}
+
+
+@pytest.mark.parametrize("value, problem", [(-5, "out of range"), ("abc", "must be a number")])
+def test_an_invalid_device_request_is_held_not_left_waiting(value, problem):
+    ad = classad2.ClassAd({"ClusterId": 4, "ProcId": 0, "JobStatus": 1, "RequestCpus": 1, "RequestMemory": 64,
+                           "RequestPhiMemory": value, "RequestPhiThreads": 60})
+    _, skipped = jobs_from_ads([ad], "s")
+    d = decide(PoolState((), (slot("slotA"),), tuple(skipped)), 1, FirstFit())
+    assert len(d.holds) == 1 and problem in d.holds[0].reason and "RequestPhiMemory" in d.holds[0].reason
