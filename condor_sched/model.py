@@ -233,7 +233,8 @@ class PoolState:
     ``eligible`` maps a job to the slots its own Requirements accept (evaluated by the
     ClassAd adapter); a job missing from it may use every slot. ``exploration_scales`` is
     the piggyback-profiling scale of each unprofiled program (from the node agents' run
-    records)."""
+    records). ``unreachable_schedds`` names the schedds a live read could not see (gone
+    from the collector or not answering): their jobs are missing from ``jobs``."""
 
     jobs: tuple[Job, ...]
     slots: tuple[Slot, ...]
@@ -241,6 +242,7 @@ class PoolState:
     eligible: Mapping[JobKey, frozenset[str]] = field(default_factory=dict)
     nodes: Mapping[str, NodeMeasurements] = field(default_factory=dict)
     exploration_scales: Mapping[str, int] = field(default_factory=dict)
+    unreachable_schedds: tuple[str, ...] = ()
 
     def idle_jobs(self) -> tuple[Job, ...]:
         return tuple(j for j in self.jobs if j.is_idle)

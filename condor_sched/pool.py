@@ -5,7 +5,7 @@ Collector and Schedd objects.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 import classad2
 import htcondor2
@@ -47,12 +47,18 @@ class PoolUnreachable(RuntimeError):
     """The collector or a schedd did not answer."""
 
 
+class CollectorUnreachable(PoolUnreachable):
+    """The collector did not answer: nothing of the pool can be read (or advertised) now."""
+
+
 @dataclass(frozen=True, slots=True)
 class LiveAds:
-    """Raw ads of one read of the pool: job ads per schedd name, startd slot ads."""
+    """Raw ads of one read of the pool: job ads per schedd name, startd slot ads, and the
+    schedds the collector lists that did not answer (name -> why; only a ``partial`` read)."""
 
     jobs: dict[str, list[classad2.ClassAd]]
     slots: list[classad2.ClassAd]
+    unreachable: dict[str, str] = field(default_factory=dict)
 
 
 def _collector() -> htcondor2.Collector:
@@ -63,7 +69,7 @@ def schedd_ads() -> list[classad2.ClassAd]:
     try:
         return list(_collector().locateAll(htcondor2.DaemonType.Schedd))
     except Exception as e:
-        raise PoolUnreachable(f"cannot list schedds from the collector: {e}") from None
+        raise CollectorUnreachable(f"cannot list schedds from the collector: {e}") from None
 
 
 def schedd(name: str) -> htcondor2.Schedd:
@@ -73,29 +79,56 @@ def schedd(name: str) -> htcondor2.Schedd:
     raise PoolUnreachable(f"schedd {name!r} is not known to the collector")
 
 
-def read_ads(job_constraint: str = "true", projection: list[str] | None = None) -> LiveAds:
-    """Job ads of every schedd the collector knows, and every startd slot ad."""
+def _query_schedd(ad: classad2.ClassAd, constraint: str, projection: list[str]) -> list[classad2.ClassAd]:
+    """One schedd's job ads. A schedd restarted since our last query rejects the security
+    session we cached ("SECMAN:2004:Server rejected our session id", seen on HTCondor 25);
+    the bindings then drop it, so a second attempt, at once, authenticates afresh."""
+    try:
+        return list(htcondor2.Schedd(ad).query(constraint, projection))
+    except Exception as e:
+        if "SECMAN" not in str(e):
+            raise
+    return list(htcondor2.Schedd(ad).query(constraint, projection))
+
+
+def read_ads(job_constraint: str = "true", projection: list[str] | None = None, partial: bool = False) -> LiveAds:
+    """Job ads of every schedd the collector knows, and every startd slot ad.
+
+    A schedd that does not answer raises PoolUnreachable, unless ``partial``: then it is
+    recorded in ``unreachable`` and the others are read (the sidecar's cycle goes on without
+    its jobs). The collector not answering always raises CollectorUnreachable.
+    """
     jobs: dict[str, list[classad2.ClassAd]] = {}
+    unreachable: dict[str, str] = {}
     for ad in schedd_ads():
         name = ad.get("Name", "?")
         try:
-            jobs[name] = list(htcondor2.Schedd(ad).query(job_constraint, projection or []))
+            jobs[name] = _query_schedd(ad, job_constraint, projection or [])
         except Exception as e:
-            raise PoolUnreachable(f"schedd {name!r} did not answer: {e}") from None
+            if not partial:
+                raise PoolUnreachable(f"schedd {name!r} did not answer: {e}") from None
+            unreachable[name] = str(e) or type(e).__name__
     try:
         slots = list(_collector().query(htcondor2.AdType.Startd))
     except Exception as e:
-        raise PoolUnreachable(f"cannot query startd ads: {e}") from None
-    return LiveAds(jobs, slots)
+        raise CollectorUnreachable(f"cannot query startd ads: {e}") from None
+    return LiveAds(jobs, slots, unreachable)
 
 
 def ads_to_state(ads: LiveAds) -> PoolState:
-    return state_from_ads(ads.jobs, ads.slots)
+    """The records of ``ads``; schedds that did not answer are named in ``unreachable_schedds``."""
+    state = state_from_ads(ads.jobs, ads.slots)
+    return replace(state, unreachable_schedds=tuple(sorted(ads.unreachable))) if ads.unreachable else state
+
+
+def read_covered_ads(partial: bool = False) -> LiveAds:
+    """The co-scheduled jobs' ads (all statuses, projected) and the slot ads (``read_ads``)."""
+    return read_ads(covered_jobs(), job_projection(), partial)
 
 
 def read_state() -> PoolState:
     """The co-scheduled jobs (all statuses) and the partitionable slots, as records."""
-    return ads_to_state(read_ads(covered_jobs(), job_projection()))
+    return ads_to_state(read_covered_ads())
 
 
 def advertise(ad: classad2.ClassAd, command: str) -> None:
@@ -103,15 +136,26 @@ def advertise(ad: classad2.ClassAd, command: str) -> None:
     try:
         _collector().advertise([ad], command)
     except Exception as e:
-        raise PoolUnreachable(f"cannot advertise to the collector: {e}") from None
+        raise CollectorUnreachable(f"cannot advertise to the collector: {e}") from None
+
+
+def generic_ads(my_type: str) -> list[classad2.ClassAd]:
+    """The collector's generic ads of ``MyType == my_type`` (e.g. every CoSchedSidecar ad),
+    with the collector's ``LastHeardFrom``."""
+    try:
+        # AdType.Any with a constraint: an AdType.Generic query of HTCondor 25 did not return them.
+        return list(_collector().query(htcondor2.AdType.Any, f"MyType == {classad2.quote(my_type)}"))
+    except Exception as e:
+        raise CollectorUnreachable(f"cannot query {my_type} ads: {e}") from None
 
 
 def last_negotiation_cycle_end() -> int | None:
-    """``LastNegotiationCycleEnd0`` of the negotiator ad (needs NEGOTIATOR_UPDATE_AFTER_CYCLE)."""
+    """``LastNegotiationCycleEnd0`` of the negotiator ad (needs NEGOTIATOR_UPDATE_AFTER_CYCLE);
+    None when the collector has no negotiator ad."""
     try:
         ads = _collector().query(htcondor2.AdType.Negotiator, projection=["LastNegotiationCycleEnd0"])
     except Exception as e:
-        raise PoolUnreachable(f"cannot query the negotiator ad: {e}") from None
+        raise CollectorUnreachable(f"cannot query the negotiator ad: {e}") from None
     ends = [ad.get("LastNegotiationCycleEnd0") for ad in ads]
     ends = [e for e in ends if isinstance(e, int)]
     return max(ends) if ends else None
