@@ -198,9 +198,15 @@ def snapshot(outdir: Path) -> None:
     click.echo(f"wrote {queue} and {machines}")
 
 
+class LeaseRefused(click.ClickException):
+    """Another sidecar holds the pool's lease (exit 3)."""
+
+    exit_code = 3
+
+
 @main.command()
 @click.option("--once", is_flag=True, help="Run one cycle and exit.")
-@click.option("--dry-run", is_flag=True, help="Log what a cycle would do; edit nothing.")
+@click.option("--dry-run", is_flag=True, help="Log what a cycle would do; edit nothing (may run beside the sidecar).")
 @click.option("--policy", type=click.Choice(policy_names()), default=None,
               help="Override COSCHED_POLICY (or COSCHED_SPREAD_POLICY, for a spread policy).")
 def run(once: bool, dry_run: bool, policy: str | None) -> None:
@@ -208,22 +214,31 @@ def run(once: bool, dry_run: bool, policy: str | None) -> None:
 
     Settings are HTCondor knobs COSCHED_* (config.d/50-cosched-sidecar.conf). Without --once
     it is a daemon for a condor_master: it advertises a CoSchedSidecar ad after each cycle,
-    re-reads its knobs on SIGHUP (condor_reconfig) and stops on SIGTERM (condor_off).
+    re-reads its knobs on SIGHUP (condor_reconfig) and stops on SIGTERM (condor_off) within
+    about a second. One sidecar edits a pool at a time: while another one's ad is live in the
+    collector, run (also --once) refuses with exit 3, naming it; --dry-run edits nothing and
+    may run beside it. A schedd that does not answer is left out of the cycle (warned once).
     Example: condor-sched run --once --dry-run
     """
-    from condor_sched import daemon, pool
+    from condor_sched import daemon, lease, pool
     from condor_sched.cycle import CycleConfig
     from condor_sched.settings import settings_from_htcondor
     from condor_sched.sidecar import Sidecar
+    from condor_sched.watch import Notices, ScheddWatch, WatchedRead
 
     sidecars: list[Sidecar] = []
+    # Once-only warnings outlive a reconfig, as the cycle memory does.
+    notices = Notices(logging.getLogger("condor_sched.sidecar"))
+    read = WatchedRead(ScheddWatch(notices))
+    sidecar_daemon: daemon.SidecarDaemon | None = None
 
     def configure() -> daemon.DaemonCycle:
         settings = settings_from_htcondor()
         config = CycleConfig.from_settings(settings, _profiles(settings.profile_dir))
         if policy:
             config = config.with_policy(policy)
-        sidecar = Sidecar(settings, config, pool.read_state, None if dry_run else pool.JobEditor())
+        sidecar = Sidecar(settings, config, read, None if dry_run else pool.JobEditor(), notices=notices,
+                          should_stop=lambda: sidecar_daemon is not None and sidecar_daemon.stop_requested)
         if sidecars:  # a reconfig keeps the cycle count and when each job was first seen (aging)
             sidecar.memory = sidecars[-1].memory
         sidecars[:] = [sidecar]
@@ -237,13 +252,17 @@ def run(once: bool, dry_run: bool, policy: str | None) -> None:
     try:
         if once:
             daemon.log_to_cosched_log()
+            if not dry_run:
+                daemon.refuse_if_a_sidecar_runs()
             configure().run_cycle()
             return
-        sidecar_daemon = daemon.SidecarDaemon(configure)
+        sidecar_daemon = daemon.SidecarDaemon(configure, dry_run=dry_run)
         sidecar_daemon.install_signal_handlers()
         sidecar_daemon.serve()
     except (SettingsError, PolicyError) as e:
         raise UsageFailure(str(e)) from None
+    except lease.LeaseHeld as e:
+        raise LeaseRefused(str(e)) from None
     except pool.PoolUnreachable as e:
         raise click.ClickException(str(e)) from None
 

@@ -252,7 +252,8 @@ class PoolState:
     ``eligible`` maps a job to the slots its own Requirements accept (evaluated by the
     ClassAd adapter); a job missing from it may use every slot. ``exploration_scales`` is
     the piggyback-profiling scale of each unprofiled program (from the node agents' run
-    records)."""
+    records). ``unreachable_schedds`` names the schedds a live read could not see (gone
+    from the collector or not answering): their jobs are missing from ``jobs``."""
 
     jobs: tuple[Job, ...]
     slots: tuple[Slot, ...]
@@ -265,6 +266,7 @@ class PoolState:
     user_priorities: Mapping[str, float] = field(default_factory=dict)
     #: Each job's ``Rank`` of the slots (higher preferred), for jobs whose Rank prefers some.
     ranks: Mapping[JobKey, Mapping[str, float]] = field(default_factory=dict)
+    unreachable_schedds: tuple[str, ...] = ()
 
     def idle_jobs(self) -> tuple[Job, ...]:
         return tuple(j for j in self.jobs if j.is_idle)

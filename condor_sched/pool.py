@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping
 import classad2
 import htcondor2
@@ -59,12 +59,18 @@ class PoolUnreachable(RuntimeError):
     """The collector or a schedd did not answer."""
 
 
+class CollectorUnreachable(PoolUnreachable):
+    """The collector did not answer: nothing of the pool can be read (or advertised) now."""
+
+
 @dataclass(frozen=True, slots=True)
 class LiveAds:
-    """Raw ads of one read of the pool: job ads per schedd name, startd slot ads."""
+    """Raw ads of one read of the pool: job ads per schedd name, startd slot ads, and the
+    schedds the collector lists that did not answer (name -> why; only a ``partial`` read)."""
 
     jobs: dict[str, list[classad2.ClassAd]]
     slots: list[classad2.ClassAd]
+    unreachable: dict[str, str] = field(default_factory=dict)
 
 
 def _collector() -> htcondor2.Collector:
@@ -75,7 +81,7 @@ def schedd_ads() -> list[classad2.ClassAd]:
     try:
         return list(_collector().locateAll(htcondor2.DaemonType.Schedd))
     except Exception as e:
-        raise PoolUnreachable(f"cannot list schedds from the collector: {e}") from None
+        raise CollectorUnreachable(f"cannot list schedds from the collector: {e}") from None
 
 
 def schedd(name: str) -> htcondor2.Schedd:
@@ -85,42 +91,73 @@ def schedd(name: str) -> htcondor2.Schedd:
     raise PoolUnreachable(f"schedd {name!r} is not known to the collector")
 
 
-def read_ads(job_constraint: str = "true", projection: list[str] | None = None,
+def _query_schedd(ad: classad2.ClassAd, constraint: str, projection: list[str]) -> list[classad2.ClassAd]:
+    """One schedd's job ads. A schedd restarted since our last query rejects the security
+    session we cached ("SECMAN:2004:Server rejected our session id", seen on HTCondor 25);
+    the bindings then drop it, so a second attempt, at once, authenticates afresh."""
+    try:
+        return list(htcondor2.Schedd(ad).query(constraint, projection))
+    except Exception as e:
+        if "SECMAN" not in str(e):
+            raise
+    return list(htcondor2.Schedd(ad).query(constraint, projection))
+
+
+def read_ads(job_constraint: str = "true", projection: list[str] | None = None, partial: bool = False,
              more_job_attrs: Callable[[list[classad2.ClassAd]], Iterable[str]] | None = None) -> LiveAds:
     """Every startd slot ad, then the job ads of every schedd the collector knows (projected
-    on ``projection`` and on what ``more_job_attrs`` asks of the slot ads; empty: full ads)."""
+    on ``projection`` and on what ``more_job_attrs`` asks of the slot ads; empty: full ads).
+
+    A schedd that does not answer raises PoolUnreachable, unless ``partial``: then it is
+    recorded in ``unreachable`` and the others are read (the sidecar's cycle goes on without
+    its jobs). The collector not answering always raises CollectorUnreachable.
+    """
     try:
         slots = list(_collector().query(htcondor2.AdType.Startd))
     except Exception as e:
-        raise PoolUnreachable(f"cannot query startd ads: {e}") from None
+        raise CollectorUnreachable(f"cannot query startd ads: {e}") from None
     if projection and more_job_attrs is not None:
         projection = sorted({*projection, *more_job_attrs(slots)})
     jobs: dict[str, list[classad2.ClassAd]] = {}
+    unreachable: dict[str, str] = {}
     for ad in schedd_ads():
         name = ad.get("Name", "?")
         try:
-            jobs[name] = list(htcondor2.Schedd(ad).query(job_constraint, projection or []))
+            jobs[name] = _query_schedd(ad, job_constraint, projection or [])
         except Exception as e:
-            raise PoolUnreachable(f"schedd {name!r} did not answer: {e}") from None
-    return LiveAds(jobs, slots)
+            if not partial:
+                raise PoolUnreachable(f"schedd {name!r} did not answer: {e}") from None
+            unreachable[name] = str(e) or type(e).__name__
+    return LiveAds(jobs, slots, unreachable)
 
 
 def ads_to_state(ads: LiveAds) -> PoolState:
-    return state_from_ads(ads.jobs, ads.slots)
+    """The records of ``ads``; schedds that did not answer are named in ``unreachable_schedds``."""
+    state = state_from_ads(ads.jobs, ads.slots)
+    return replace(state, unreachable_schedds=tuple(sorted(ads.unreachable))) if ads.unreachable else state
+
+
+def read_covered_ads(partial: bool = False) -> LiveAds:
+    """The co-scheduled jobs' ads (all statuses, projected) and the slot ads (``read_ads``)."""
+    return read_ads(covered_jobs(), job_projection(), partial, start_references)
 
 
 def read_state() -> PoolState:
     """The co-scheduled jobs (all statuses) and the partitionable slots, as records, with the
-    submitters' priorities. Jobs are projected on what the planners and the slots' START
-    read; a job whose projected ad does not parse is read again in full (its request may
-    refer to an attribute outside the projection) before it counts as malformed."""
-    ads = read_ads(covered_jobs(), job_projection(), start_references)
+    submitters' priorities (``covered_state``)."""
+    return covered_state(read_covered_ads())
+
+
+def covered_state(ads: LiveAds) -> PoolState:
+    """The records of a read of covered jobs, with the submitters' priorities. A job whose
+    projected ad does not parse is read again in full (its request may refer to an attribute
+    outside the projection) before it counts as malformed."""
     state = ads_to_state(ads)
     again = [s.job for s in state.skipped if s.job is not None and (s.idle or s.pinned_slot)]
     if again:
         full = _full_job_ads(again)
         ads = LiveAds({name: [full.get((name, a.get("ClusterId"), a.get("ProcId")), a) for a in job_ads]
-                       for name, job_ads in ads.jobs.items()}, ads.slots)
+                       for name, job_ads in ads.jobs.items()}, ads.slots, ads.unreachable)
         state = ads_to_state(ads)
     return replace(state, user_priorities=user_priorities())
 
@@ -160,29 +197,39 @@ def advertise(ad: classad2.ClassAd, command: str) -> None:
     try:
         _collector().advertise([ad], command)
     except Exception as e:
-        raise PoolUnreachable(f"cannot advertise to the collector: {e}") from None
+        raise CollectorUnreachable(f"cannot advertise to the collector: {e}") from None
+
+
+def generic_ads(my_type: str) -> list[classad2.ClassAd]:
+    """The collector's generic ads of ``MyType == my_type`` (e.g. every CoSchedSidecar ad),
+    with the collector's ``LastHeardFrom``."""
+    try:
+        # AdType.Any with a constraint: an AdType.Generic query of HTCondor 25 did not return them.
+        return list(_collector().query(htcondor2.AdType.Any, f"MyType == {classad2.quote(my_type)}"))
+    except Exception as e:
+        raise CollectorUnreachable(f"cannot query {my_type} ads: {e}") from None
 
 
 def last_negotiation_cycle_end() -> int | None:
-    """``LastNegotiationCycleEnd0`` of the negotiator ad (needs NEGOTIATOR_UPDATE_AFTER_CYCLE)."""
+    """``LastNegotiationCycleEnd0`` of the negotiator ad (needs NEGOTIATOR_UPDATE_AFTER_CYCLE);
+    None when the collector has no negotiator ad."""
     try:
         ads = _collector().query(htcondor2.AdType.Negotiator, projection=["LastNegotiationCycleEnd0"])
     except Exception as e:
-        raise PoolUnreachable(f"cannot query the negotiator ad: {e}") from None
+        raise CollectorUnreachable(f"cannot query the negotiator ad: {e}") from None
     ends = [ad.get("LastNegotiationCycleEnd0") for ad in ads]
     ends = [e for e in ends if isinstance(e, int)]
     return max(ends) if ends else None
 
 
 def running_sidecars() -> list[str]:
-    """Names (and hosts) of the sidecars whose collector ads are alive and which edit jobs
-    (a dry run edits nothing); the collector drops an ad past its ClassAdLifetime."""
-    try:
-        ads = _collector().query(htcondor2.AdType.Generic, 'MyType == "CoSchedSidecar"',
-                                 ["Name", "Machine", "CoSchedDryRun", "CoSchedPid"])
-    except Exception as e:
-        raise PoolUnreachable(f"cannot query the collector: {e}") from None
-    return [f"{ad.get('Name', '?')} (pid {ad.get('CoSchedPid', '?')})" for ad in ads if ad.get("CoSchedDryRun") is not True]
+    """The sidecars that hold a live lease (``condor_sched.lease``: edits jobs, ad fresh), described."""
+    from condor_sched.lease import SidecarId, live_rivals
+
+    now = time.time()
+    here = str(htcondor2.param.get("FULL_HOSTNAME") or "localhost")
+    nobody = SidecarId(0, here, "", -1)  # not a sidecar: every live one is a rival
+    return [r.describe(now) for r in live_rivals(generic_ads("CoSchedSidecar"), nobody, now)]
 
 
 def enrolled_jobs() -> list[tuple[JobKey, str]]:

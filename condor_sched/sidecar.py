@@ -3,7 +3,8 @@
 The decision is :func:`condor_sched.cycle.decide_cycle` (pure, shared with ``plan`` and the
 simulator), so tests and ``--dry-run`` see exactly what a cycle would do. ``apply_cycle``
 performs the edits one job at a time; each job's edits keep it either pinned (original
-Requirements saved) or unpinned, so a crash at any point leaves the queue consistent.
+Requirements saved) or unpinned, so a crash at any point leaves the queue consistent; asked
+to stop, it finishes the job it is editing and leaves the rest for the next sidecar.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from condor_sched.model import (
 )
 from condor_sched.piggyback import exploration_scales
 from condor_sched.settings import SidecarSettings
+from condor_sched.watch import Notices
 
 log = logging.getLogger("condor_sched.sidecar")
 
@@ -52,6 +54,8 @@ class CycleOutcome:
     held: int = 0
     told: int = 0
     failed: list[str] = field(default_factory=list)
+    #: Job edits (unpin, enroll, pin) not started because the sidecar was asked to stop.
+    left_on_stop: int = 0
 
 
 def reasons_to_write(decision: CycleDecision, current: Mapping[JobKey, str | None]) -> dict[tuple[str, str], list[JobKey]]:
@@ -65,13 +69,18 @@ def reasons_to_write(decision: CycleDecision, current: Mapping[JobKey, str | Non
 
 
 def apply_cycle(decision: CycleDecision, editor: Editor,
-                current_reasons: Mapping[JobKey, str | None] | None = None) -> CycleOutcome:
+                current_reasons: Mapping[JobKey, str | None] | None = None,
+                should_stop: Callable[[], bool] | None = None) -> CycleOutcome:
     """Unpin, hold, enroll, pin, then tell the changed reasons; one failing job is logged and
-    the rest go on."""
+    the rest go on. Once ``should_stop()`` is true no further job is edited (the one being
+    edited is finished)."""
     outcome = CycleOutcome()
     failed_jobs: set[JobKey] = set()
 
     def attempt(job: JobKey, what: str, action: Callable[[], None]) -> bool:
+        if should_stop is not None and should_stop():
+            outcome.left_on_stop += 1
+            return False
         try:
             action()
             return True
@@ -116,14 +125,16 @@ class SidecarCycle:
     outcome: CycleOutcome
     seconds: float
 
-    def numbers(self) -> dict[str, int]:
+    unreachable_schedds: tuple[str, ...] = ()
+
+    def numbers(self) -> dict[str, int | str]:
         """The cycle's numbers for the sidecar's daemon ad (``CoSched<key>``): pins counted
-        as edits that succeeded (a dry run edits nothing)."""
+        as edits that succeeded (a dry run edits nothing); the schedds not read, comma-separated."""
         d = self.decision
         return {"Cycle": d.cycle, "IdleJobs": d.seen, "PinsKept": len(d.kept), "Pinned": self.outcome.pinned,
                 "Unpinned": self.outcome.unpinned, "Unplaced": len(d.unplaced), "Skipped": len(d.skipped),
                 "Held": self.outcome.held,
-                "FailedEdits": len(self.outcome.failed)}
+                "FailedEdits": len(self.outcome.failed), "UnreachableSchedds": ", ".join(self.unreachable_schedds)}
 
 
 class Sidecar:
@@ -131,12 +142,15 @@ class Sidecar:
     daemon loop around it is ``condor_sched.daemon``)."""
 
     def __init__(self, settings: SidecarSettings, config: CycleConfig, read_state: Callable[[], PoolState],
-                 editor: Editor | None) -> None:
+                 editor: Editor | None, *, notices: Notices | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> None:
         self.settings = settings
         self.config = config
         self.read_state = read_state
         self.editor = editor  # None: dry run
         self.memory: CycleMemory | None = None  # None until the first cycle reads the pool
+        self.notices = notices or Notices(log)  # a skipped job is warned once, not every cycle
+        self.should_stop = should_stop
 
     def _with_exploration(self, state: PoolState) -> PoolState:
         """The state with the piggyback-profiling scale of each spread job's program that has
@@ -153,8 +167,8 @@ class Sidecar:
         state = self._with_exploration(self.read_state())
         memory = self.memory or CycleMemory.fresh(state)
         decision = decide_cycle(state, memory, self.config)
-        for skipped in decision.skipped:
-            log.warning("skipped %s", skipped)
+        self.notices.settle("skipped", {s.what: f"skipped {s}" for s in decision.skipped},
+                            ended=lambda what: f"{what} is no longer skipped (its ad reads again, or it left)")
         if self.editor is None:
             for p in decision.pins:
                 log.info("dry run: would pin %s to %s", p.job, p.slot)
@@ -162,12 +176,19 @@ class Sidecar:
                 log.info("dry run: would unpin %s (%s)", u.job, u.reason)
             outcome = CycleOutcome()
         else:
-            outcome = apply_cycle(decision, self.editor, {j.key: j.pin_reason for j in state.jobs})
+            outcome = apply_cycle(decision, self.editor, {j.key: j.pin_reason for j in state.jobs}, self.should_stop)
         seconds = time.perf_counter() - started
+        unreachable = state.unreachable_schedds
         log.info("cycle %d: %d idle co-scheduled jobs seen, %d pins kept, %d pinned, %d unpinned, "
-                 "%d enrolled, %d held, %d unplaced, %d skipped, %d reasons told, %d failed edits, %.3f s",
+                 "%d enrolled, %d held, %d unplaced, %d skipped, %d reasons told, %d failed edits, %.3f s%s%s",
                  decision.cycle, decision.seen, len(decision.kept), outcome.pinned, outcome.unpinned,
                  outcome.enrolled, outcome.held, len(decision.unplaced), len(decision.skipped), outcome.told,
-                 len(outcome.failed), seconds)
-        self.memory = decision.next_memory()
-        return SidecarCycle(decision, outcome, seconds)
+                 len(outcome.failed), seconds,
+                 f"; schedds not read: {', '.join(unreachable)}" if unreachable else "",
+                 f"; stopped: {outcome.left_on_stop} job edits left for the next run" if outcome.left_on_stop else "")
+        memory = decision.next_memory()
+        if unreachable and self.memory is not None:  # their jobs keep their ages for when they are back
+            unseen = {k: c for k, c in self.memory.first_seen.items() if k.schedd in unreachable}
+            memory = replace(memory, first_seen={**unseen, **memory.first_seen})
+        self.memory = memory
+        return SidecarCycle(decision, outcome, seconds, unreachable)

@@ -8,7 +8,7 @@ the integration tests use it.
 from condor_sched.localpool.chroot import PoolError
 from condor_sched.localpool.config import DOMAIN
 from condor_sched.localpool.pool import (PoolInfo, PoolSettings, build, client_config_path, client_env, down,
-                                         set_sidecar, status, up)
+                                         set_second_schedd, set_sidecar, status, up)
 
 __all__ = ["DOMAIN", "PoolError", "PoolInfo", "PoolSettings", "build", "client_config_path", "client_env",
-           "down", "set_sidecar", "status", "up"]
+           "down", "set_second_schedd", "set_sidecar", "status", "up"]

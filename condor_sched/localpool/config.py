@@ -34,6 +34,11 @@ SIDECAR_COMMAND = SIDECAR_VENV / "bin" / "condor-sched"
 #: The admin's sidecar snippet (config.d/), and the pool's overrides of it.
 SIDECAR_SNIPPET = "50-cosched-sidecar.conf"
 SIDECAR_POOL_SNIPPET = "55-cosched-pool-sidecar.conf"
+#: A second schedd under the same master (``localpool.set_second_schedd``): its local name,
+#: its config snippet and its spool (its own job queue) inside the pool root.
+SECOND_SCHEDD = "SCHEDD2"
+SECOND_SCHEDD_SNIPPET = "40-cosched-pool-schedd2.conf"
+CONDOR_SPOOL_DIR = PurePosixPath("/var/spool/condor")
 
 STARTD_CRON_SCRIPT = "cosched_startd_cron.py"
 PREPARE_JOB_SCRIPT = "cosched_prepare_job.py"
@@ -277,3 +282,26 @@ def render_sidecar_pool_config() -> str:
         *POOL_AGE_LIMIT,
         "",
     ])
+
+
+def second_schedd_spool() -> PurePosixPath:
+    return CONDOR_SPOOL_DIR / SECOND_SCHEDD.lower()
+
+
+def render_second_schedd() -> str:
+    """A second schedd beside the pool's own, as the HTCondor manual configures several
+    schedds on one host: ``SCHEDD2 = $(SCHEDD)`` with a local name, its own ``SCHEDD_NAME``
+    (its Name becomes ``schedd2@<host>``), spool (job queue), log and address file. The
+    schedd transform of ``10-cosched-schedd.conf`` applies to it as to the first."""
+    name, spool = SECOND_SCHEDD, second_schedd_spool()
+    return "\n".join([
+        "# A second schedd (written by condor_sched.localpool.set_second_schedd; tests only).",
+        f"{name} = $(SCHEDD)",
+        f"{name}_ARGS = -local-name {name}",
+        f"{name}.SCHEDD_NAME = {name.lower()}",
+        f"{name}.SPOOL = {spool}",
+        f"{name}.SCHEDD_LOG = $(LOG)/SchedLog.{name.lower()}",
+        f"{name}.SCHEDD_ADDRESS_FILE = {spool}/.schedd_address",
+        f"{name}.SCHEDD_DAEMON_AD_FILE = {spool}/.schedd_classad",
+        f"DAEMON_LIST = $(DAEMON_LIST) {name}",
+        ""])

@@ -285,6 +285,35 @@ def set_sidecar(enabled: bool, settings: PoolSettings | None = None) -> None:
     chroot.in_chroot(settings.root, ["condor_reconfig"], timeout_s=30)
 
 
+def set_second_schedd(enabled: bool, settings: PoolSettings | None = None) -> None:
+    """Run a second schedd (``SCHEDD2``, Name ``schedd2@<host>``) in the running pool, or stop
+    it and delete its queue. For tests of a pool with several schedds: ``condor_off -daemon
+    SCHEDD2`` then stops one schedd while the other goes on."""
+    require_root("schedd")
+    settings = settings or PoolSettings.from_env()
+    if not chroot.processes_in(settings.root):
+        raise PoolError(f"the pool in {settings.root} is not running; run pool up first")
+    snippet = _config_d(settings) / config.SECOND_SCHEDD_SNIPPET
+    spool = settings.in_root(config.second_schedd_spool())
+    if enabled:
+        if not snippet.exists():  # not running: start from an empty queue
+            shutil.rmtree(spool, ignore_errors=True)
+        spool.mkdir(parents=True, exist_ok=True)
+        condor = int(chroot.in_chroot(settings.root, ["id", "-u", "condor"]).stdout)
+        condor_gid = int(chroot.in_chroot(settings.root, ["id", "-g", "condor"]).stdout)
+        os.chown(spool, condor, condor_gid)
+        _write(snippet, config.render_second_schedd())
+        chroot.in_chroot(settings.root, ["condor_reconfig"], timeout_s=30)
+        return
+    snippet.unlink(missing_ok=True)
+    chroot.in_chroot(settings.root, ["condor_reconfig"], timeout_s=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(
+            f"-local-name {config.SECOND_SCHEDD}" in _cmdline(p) for p in chroot.processes_in(settings.root)):
+        time.sleep(0.2)
+    shutil.rmtree(spool, ignore_errors=True)
+
+
 # --- down / status -------------------------------------------------------------------
 
 def down(settings: PoolSettings | None = None, timeout_s: float = 30) -> None:

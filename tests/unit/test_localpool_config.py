@@ -286,3 +286,11 @@ def test_pool_sidecar_runs_the_chroot_venv_as_the_condor_super_user():
     assert launcher.startswith(f"#!{config.SIDECAR_VENV}/bin/python3\n") and "condor_sched.cli" in launcher
     snippet = (Path(__file__).resolve().parents[2] / "config.d" / config.SIDECAR_SNIPPET).read_text()
     assert "DAEMON_LIST = $(DAEMON_LIST) COSCHED_SIDECAR" in snippet
+
+
+def test_a_second_schedd_has_its_own_name_queue_and_log_under_the_same_master():
+    lines = _config_lines(config.render_second_schedd())
+    assert lines["SCHEDD2"] == "$(SCHEDD)" and lines["SCHEDD2_ARGS"] == "-local-name SCHEDD2"
+    assert lines["SCHEDD2.SCHEDD_NAME"] == "schedd2" and lines["SCHEDD2.SPOOL"] == "/var/spool/condor/schedd2"
+    assert lines["SCHEDD2.SCHEDD_ADDRESS_FILE"].startswith("/var/spool/condor/schedd2/")
+    assert lines["DAEMON_LIST"] == "$(DAEMON_LIST) SCHEDD2"

@@ -129,6 +129,24 @@ def test_one_failing_job_does_not_stop_the_cycle_and_an_unenrolled_job_is_never_
     assert editor.attrs[JobKey("s", 1, 2)]["CoSchedPinCycle"] == 4
 
 
+def test_asked_to_stop_mid_cycle_it_finishes_the_job_it_edits_and_edits_no_other():
+    jobs = tuple(device_job(p, mem=1000) for p in range(4))
+    d = decide(PoolState(jobs, (slot("slotA"),)), 1, FirstFit())
+    stop = []
+
+    class StoppedDuringSecondPin(RecordingEditor):
+        def pin(self, job, slot, cycle, details=None):
+            if len(self.attrs) == 1:
+                stop.append(job)  # SIGTERM arrives while this job's edits are under way
+            super().pin(job, slot, cycle, details)
+
+    editor = StoppedDuringSecondPin()
+    outcome = apply_cycle(d, editor, should_stop=lambda: bool(stop))
+    assert outcome.pinned == 2 and outcome.left_on_stop == 3  # two pins and the one reason edit
+    assert sorted(k.proc for k in editor.attrs) == [0, 1]
+    assert all(a["CoSchedPinSlot"] == "slotA" and a["CoSchedPinCycle"] == 1 for a in editor.attrs.values())
+
+
 def test_cycle_numbers_continue_after_a_restart():
     state = PoolState((device_job(1, pinned_slot="slotA", pinned_cycle=41),), (slot("slotA"),))
     sidecar = Sidecar(SETTINGS, CycleConfig(FirstFit(), None), lambda: state, None)
