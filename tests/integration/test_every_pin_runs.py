@@ -142,7 +142,11 @@ def test_two_hundred_idle_jobs_of_two_users_every_pin_starts_and_shares_are_fair
         assert all(a["JobStatus"] == 1 and a.get("CoSchedPinReason") for a in unmatchable.values())
     finally:
         stop(sidecar)
-        pool.admin_remove(" || ".join(f"ClusterId == {c}" for c in (*clusters, bad)))
+        everything = " || ".join(f"ClusterId == {c}" for c in (*clusters, bad))
+        pool.admin_remove(everything)
+        deadline = time.monotonic() + 60  # leave the pool idle for the next test
+        while pool.schedd().query(everything, ["ProcId"]) and time.monotonic() < deadline:
+            time.sleep(1)
 
 
 def test_a_pin_clause_merely_mentioned_is_enrolled_again(pool):
