@@ -82,4 +82,8 @@ def fair_window(ordered: Sequence[Job], free_slots: Sequence[Slot], is_aged: Cal
             full = used > factor and bool(taken)
         if not full or is_aged(job):
             taken.append(job)
-    return taken
+    # A spread job is all the procs of its cluster (Spread-n-Share places them together): a
+    # window never cuts one.
+    clusters = {(j.key.schedd, j.key.cluster) for j in taken if j.wants_spread}
+    chosen = {j.key for j in taken}
+    return [j for j in ordered if j.key in chosen or (j.wants_spread and (j.key.schedd, j.key.cluster) in clusters)]

@@ -15,7 +15,7 @@ from condor_sched.cli import main
 from condor_sched.cycle import CycleConfig, CycleMemory, decide_cycle
 from condor_sched.explain import explain, find_job
 from condor_sched.fairshare import dominant_share, fair_order, fair_window
-from condor_sched.model import JobKey, JobStatus, PoolState, Resources, RunningJob
+from condor_sched.model import JobKey, JobStatus, PoolState, Resources, RunningJob, SlotKind
 from condor_sched.policies.base import get_policy
 from condor_sched.sidecar import apply_cycle, reasons_to_write
 
@@ -246,3 +246,14 @@ def test_an_invalid_device_request_is_held_not_left_waiting(value, problem):
     _, skipped = jobs_from_ads([ad], "s")
     d = decide(PoolState((), (slot("slotA"),), tuple(skipped)), 1, FirstFit())
     assert len(d.holds) == 1 and problem in d.holds[0].reason and "RequestPhiMemory" in d.holds[0].reason
+
+
+def test_a_window_never_cuts_a_spread_jobs_procs_apart():
+    def procs(user, cluster, n):
+        return [replace(device_job(p, mem=0, threads=0), key=JobKey("s", cluster, p), submitter=user, spread=True,
+                        program="MG", request=Resources(cpus=4, memory_mb=64)) for p in range(n)]
+    sockets = [replace(slot("sock"), kind=SlotKind.SOCKET, total=Resources(cpus=8), free=Resources(cpus=8))]
+    jobs = procs("alice@d", 1, 4) + procs("bob@d", 2, 4)
+    window = fair_window(fair_order(jobs, (), sockets, {}), sockets, lambda j: False)
+    by_cluster = Counter(j.key.cluster for j in window)
+    assert all(count == 4 for count in by_cluster.values()) and by_cluster
