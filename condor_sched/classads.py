@@ -452,7 +452,7 @@ def start_references(slot_ads: Iterable[classad2.ClassAd]) -> set[str]:
 def eligible_slots(jobs: Iterable[tuple[Job, classad2.ClassAd]],
                    slot_ads: Iterable[classad2.ClassAd]) -> dict[JobKey, frozenset[str]]:
     """Each job's slots that its own Requirements (the user's, before the pin clause) accept
-    and whose START accepts it as if pinned there, evaluated with classad2 once per group of
+    and whose START accepts it as if pinned there now, evaluated with classad2 once per group of
     jobs equal in Requirements and in every job attribute the two read. Jobs every slot
     accepts are left out (the mapping's default); a job whose Requirements do not evaluate
     gets no slot."""
@@ -470,8 +470,8 @@ def eligible_slots(jobs: Iterable[tuple[Job, classad2.ClassAd]],
             continue
         text = str(requirements)
         if text not in references:
-            refs = (_own_references(ad, requirements) | start_refs) - {PIN_SLOT_ATTR}
-            references[text] = sorted(r for r in refs if r.lower() not in (PIN_SLOT_ATTR.lower(), "requirements"))
+            refs = _own_references(ad, requirements) | start_refs
+            references[text] = sorted(r for r in refs if r.lower() not in _PROBED)
         refs = [r for r in references[text] if r in ad]
         key = (text, tuple((r, str(ad.lookup(r))) for r in refs))
         if key not in memo:
@@ -479,6 +479,10 @@ def eligible_slots(jobs: Iterable[tuple[Job, classad2.ClassAd]],
         if memo[key] != every:
             out[job.key] = memo[key]
     return out
+
+
+#: Job attributes the probe sets itself (a pin written now), and Requirements.
+_PROBED = {PIN_SLOT_ATTR.lower(), PIN_TIME_ATTR.lower(), "requirements"}
 
 
 def _accepting(requirements: str, values: Iterable[tuple[str, str]],
@@ -489,6 +493,9 @@ def _accepting(requirements: str, values: Iterable[tuple[str, str]],
     for r, value in values:
         probe[r] = classad2.ExprTree(value)
     probe["Requirements"] = classad2.ExprTree(requirements)
+    # As if pinned there now: a start the node refused before this pin does not count
+    # (config.d/20's START keeps a job off only the pin it was refused on).
+    probe[PIN_TIME_ATTR] = classad2.ExprTree("time()")
     accepted = set()
     for name, target in targets:
         probe[PIN_SLOT_ATTR] = name

@@ -257,3 +257,25 @@ def test_a_window_never_cuts_a_spread_jobs_procs_apart():
     window = fair_window(fair_order(jobs, (), sockets, {}), sockets, lambda j: False)
     by_cluster = Counter(j.key.cluster for j in window)
     assert all(count == 4 for count in by_cluster.values()) and by_cluster
+
+
+def test_a_job_the_node_refused_stays_eligible_for_a_new_pin_under_the_real_start():
+    """config.d/20's START keeps a refused job off the pin it was refused on; judged as a pin
+    written now, the job may still go anywhere (else it would never be pinned again)."""
+    from test_startd_config import REFUSED, START
+
+    slots = [classad2.ClassAd({"Name": name, "Machine": "node1.cosched.test", "PartitionableSlot": True,
+                               "PhiDeviceName": dev, "Start": START})
+             for name, dev in (("slot2@node1@node1.cosched.test", "mic0"), ("slot3@node1@node1.cosched.test", "mic1"))]
+    ads = []
+    for proc, pin in enumerate(({"CoSchedPinSlot": "slot2@node1@node1.cosched.test", "CoSchedPinCycle": 9,
+                                 "CoSchedPinTime": 900}, {})):  # refused on its pin; already unpinned
+        ad = classad2.ClassAd({"ClusterId": 1, "ProcId": proc, "JobStatus": 1, "RequestCpus": 1, "RequestMemory": 64,
+                               "RequestPhiMemory": 1000, "RequestPhiThreads": 60, **REFUSED, **pin})
+        ad["Requirements"] = classad2.ExprTree(f"true && {PIN}")
+        ads.append((job_from_ad(ad, "s"), ad))
+    assert eligible_slots(ads, slots) == {}  # every slot, for both
+    refused = ads[0][0]
+    d = decide(PoolState((refused,), (slot("slot2@node1@node1.cosched.test"), slot("slot3@node1@node1.cosched.test"))),
+               10, FirstFit())
+    assert [p.slot for p in d.pins] == ["slot3@node1@node1.cosched.test"]
