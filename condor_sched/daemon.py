@@ -449,17 +449,10 @@ class SidecarDaemon:
 
     def _advertise(self) -> bool:
         self.status = replace(self.status, update_sequence=self.status.update_sequence + 1)
-        try:
-            self._send(self.current_ad(), "UPDATE_AD_GENERIC")
-        except CollectorUnreachable as e:
-            self._collector_down(e)
-            return False
-        except Exception as e:
-            self.notices.warn("advertise", f"cannot advertise to the collector: {e}")
-            return False
-        self._collector_up()
-        self.notices.clear("advertise", "the collector takes the sidecar's ad again")
-        return True
+        ok, _ = self._through_collector(lambda: self._send(self.current_ad(), "UPDATE_AD_GENERIC"), "advertise",
+                                        "cannot advertise to the collector",
+                                        "the collector takes the sidecar's ad again")
+        return ok
 
     def _invalidate(self) -> None:
         try:
@@ -473,6 +466,22 @@ class SidecarDaemon:
 
     # --- the collector and the negotiator ------------------------------------------
 
+    def _through_collector(self, call: Callable[[], Any], key: str, failure: str,
+                           recovered: str) -> tuple[bool, Any]:
+        """(succeeded, value) of ``call``; the collector going down or up, and ``call``'s own
+        failures (``key``), are each told once."""
+        try:
+            value = call()
+        except CollectorUnreachable as e:
+            self._collector_down(e)
+            return False, None
+        except Exception as e:
+            self.notices.warn(key, f"{failure}: {e}")
+            return False, None
+        self._collector_up()
+        self.notices.clear(key, recovered)
+        return True, value
+
     def _collector_down(self, e: Exception) -> None:
         self.notices.warn("collector", f"the collector does not answer ({e}): no cycle runs until it does "
                           "(co-scheduled jobs cannot match meanwhile either)", kind="down")
@@ -485,16 +494,9 @@ class SidecarDaemon:
         """The negotiator's last cycle end (None: none, or the collector did not answer)."""
         if self.config is None or self.config.cycle_end is None:
             return None
-        try:
-            end = self.config.cycle_end()
-        except CollectorUnreachable as e:
-            self._collector_down(e)
-            return None
-        except Exception as e:
-            self.notices.warn("negotiator-read", f"cannot read the negotiator's last cycle end: {e}")
-            return None
-        self._collector_up()
-        self.notices.clear("negotiator-read", "the negotiator's last cycle end reads again")
+        _, end = self._through_collector(self.config.cycle_end, "negotiator-read",
+                                         "cannot read the negotiator's last cycle end",
+                                         "the negotiator's last cycle end reads again")
         return end
 
     def _negotiator_quiet(self, end: int | None) -> None:
