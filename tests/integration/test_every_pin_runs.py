@@ -110,11 +110,16 @@ def test_two_hundred_idle_jobs_of_two_users_every_pin_starts_and_shares_are_fair
     sidecar = start_sidecar(pool, "knapsack", COSCHED_UNPIN_AGE_CYCLES="3")
     mine = " || ".join(f"ClusterId == {c}" for c in clusters)
 
+    seen_starts: dict[tuple[int, int], dict] = {}
+
     def starts() -> list[dict]:
-        attrs = ["Owner", "JobCurrentStartDate", "JobStartDate", "CoSchedPinTime"]
+        """Every start seen so far: a job between the queue and the history file is in neither
+        for a moment, so each poll adds to what earlier polls saw."""
+        attrs = ["ClusterId", "ProcId", "Owner", "JobCurrentStartDate", "JobStartDate", "CoSchedPinTime"]
         ads = [dict(a) for a in pool.schedd().query(f"({mine}) && JobStartDate =!= undefined", attrs)]
         ads += [dict(a) for a in pool.schedd().history(f"({mine}) && JobStartDate =!= undefined", attrs, match=1000)]
-        return ads
+        seen_starts.update({(a["ClusterId"], a["ProcId"]): a for a in ads})
+        return list(seen_starts.values())
 
     cycles_seen = {0}
     try:
