@@ -1,19 +1,26 @@
 """ClassAds to model records, live or from snapshot files (classad2 only, no daemons).
 
-Bad input rule: a file that cannot be parsed at all raises :class:`SnapshotError` naming
-the file and the place; one job or slot with a missing or malformed attribute is skipped
-with a :class:`Skipped` record naming it and the attribute, and the rest is used.
+Bad input rule: a file that breaks a bound (``MAX_SNAPSHOT_BYTES``, ``MAX_ADS``,
+``MAX_VALUE_DEPTH``, ``MAX_EXPRESSION_CHARS``) or does not parse raises
+:class:`SnapshotError` naming the file and the place (line, item, attribute); one job or
+slot with a missing or malformed attribute, or a request the execute node would refuse
+(:func:`request_problem`), is skipped with a :class:`Skipped` record naming it and the
+attribute, and the rest is used under the rules of ``consistency`` (one ad per slot Name
+and job id, free amounts within the totals).
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 import classad2
 
+from condor_sched.consistency import consistent_state, distinct_slots
 from condor_sched.device_kinds import DeviceKind, device_kinds
 from condor_sched.model import (
     PIN_CLAUSE,
@@ -38,6 +45,54 @@ DEFAULT_SLOWDOWN_THRESHOLD = 0.9
 HOOK_REFUSED_VACATE_CODE = 1007
 #: Largest value accepted for any resource amount (guards against absurd ads).
 MAX_AMOUNT = 2**40
+
+
+#: The request rules the execute node's PREPARE_JOB hook applies (node_hooks/cosched_node.py,
+#: ``ad_int`` and ``device_demand``; its spread checks): the planner refuses exactly what the
+#: hook refuses (issue 10), so no pin is written for a start the node would refuse.
+MAX_DEVICE_REQUEST = 10**12
+MAX_SPREAD_CPUS = 100_000
+PROGRAM_NAME = re.compile(r"^(?!\.)[A-Za-z0-9_.+-]{1,64}$")
+DEVICE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
+
+
+def request_problem(kind: DeviceKind | None, *, memory: object = None, compute: object = None,
+                    program: object = None, cpus: object = None) -> str | None:
+    """Why the PREPARE_JOB hook would refuse a job's request, or None when it takes it.
+
+    A device job (``kind`` given): ``memory`` and ``compute`` are its evaluated
+    ``Request<memory_attr>`` and ``Request<compute_attr>`` (None: undefined); both undefined
+    or both 0 is no device job; memory must be an integer in [0, MAX_DEVICE_REQUEST], compute
+    one in [1, MAX_DEVICE_REQUEST] once memory is asked for. A spread job (``kind`` None):
+    ``program`` (``CoSchedProgram``) must match PROGRAM_NAME, ``cpus`` (``RequestCpus``,
+    None: 1) be an integer in [1, MAX_SPREAD_CPUS]."""
+    if kind is None:
+        if not isinstance(program, str) or not PROGRAM_NAME.match(program):
+            return f"CoSchedProgram must be a program name ({PROGRAM_NAME.pattern}), got {_shown(program)}"
+        return _integer_problem("RequestCpus", 1 if cpus is None else cpus, 1, MAX_SPREAD_CPUS)
+    if memory is None and compute is None:
+        return None
+    memory_attr, compute_attr = kind.request_memory_attr, kind.request_compute_attr
+    if compute is None and memory not in (0, None):
+        return f"{compute_attr} is missing"
+    problem = (_integer_problem(compute_attr, 0 if compute is None else compute, 0, MAX_DEVICE_REQUEST)
+               or _integer_problem(memory_attr, 0 if memory is None else memory, 0, MAX_DEVICE_REQUEST))
+    if problem is None and compute == 0 and memory not in (0, None):
+        return f"{compute_attr} must be >= 1 for a job that requests device memory"
+    return problem
+
+
+def _integer_problem(attr: str, value: object, low: int, high: int) -> str | None:
+    """None when ``value`` is an integer (an integral real counts) in [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or (isinstance(value, float) and not value.is_integer()) or not low <= value <= high:
+        return f"{attr} must be an integer in [{low}, {high}], got {_shown(value)}"
+    return None
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 class SnapshotError(ValueError):
@@ -65,6 +120,18 @@ def _eval(ad: classad2.ClassAd, attr: str) -> Any:
             raise AdError(attr, "evaluates to error")
         return None
     return value
+
+
+def _integer(ad: classad2.ClassAd, attr: str, maximum: int = MAX_AMOUNT) -> int:
+    """A required attribute that must hold an integer (job ids): a real is not rounded into
+    an id that does not exist."""
+    value = _eval(ad, attr)
+    if value is None:
+        raise AdError(attr, "is missing")
+    problem = _integer_problem(attr, value, 0, maximum)
+    if problem is not None:
+        raise AdError(attr, problem.removeprefix(f"{attr} "))
+    return int(value)
 
 
 def _number(ad: classad2.ClassAd, attr: str, *, required: bool, default: float = 0,
@@ -103,23 +170,44 @@ def schedd_of(ad: classad2.ClassAd, fallback: str) -> str:
 
 
 def _requested_kind(ad: classad2.ClassAd) -> DeviceKind | None:
-    """The device kind whose memory the job requests (at most one), None for a CPU job."""
-    kinds = [k for k in device_kinds() if _number(ad, k.request_memory_attr, required=False) > 0]
+    """The device kind whose memory the job requests (at most one; any value but undefined
+    and 0, as ``pool.covered_jobs`` reads them), None for a CPU job. A request the execute
+    node would refuse (:func:`request_problem`) raises AdError."""
+    kinds = [k for k in device_kinds() if _eval(ad, k.request_memory_attr) not in (None, 0)]
     if len(kinds) > 1:
         raise AdError(kinds[1].request_memory_attr, f"a job uses one device, but it also requests {kinds[0].name}")
-    return kinds[0] if kinds else None
+    if not kinds:
+        return None
+    kind = kinds[0]
+    problem = request_problem(kind, memory=_eval(ad, kind.request_memory_attr),
+                              compute=_eval(ad, kind.request_compute_attr))
+    if problem is not None:
+        raise AdError(*problem.split(" ", 1))
+    return kind
+
+
+def _check_spread(ad: classad2.ClassAd) -> None:
+    """AdError naming the attribute when a spread job (``CoSchedProgram`` set, no device)
+    requests what the execute node would refuse (:func:`request_problem`)."""
+    if "CoSchedProgram" not in ad:
+        return
+    problem = request_problem(None, program=_eval(ad, "CoSchedProgram"), cpus=_eval(ad, "RequestCpus"))
+    if problem is not None:
+        raise AdError(*problem.split(" ", 1))
 
 
 def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
     """One job record; raises AdError naming the attribute that is missing or malformed."""
-    cluster = _number(ad, "ClusterId", required=True)
-    proc = _number(ad, "ProcId", required=True)
+    cluster = _integer(ad, "ClusterId")
+    proc = _integer(ad, "ProcId")
     status_code = _number(ad, "JobStatus", required=True)
     try:
         status = JobStatus(status_code)
     except ValueError:
         raise AdError("JobStatus", f"unknown code {status_code}") from None
     kind = _requested_kind(ad)
+    if kind is None:
+        _check_spread(ad)
     request = Resources(
         cpus=_number(ad, "RequestCpus", required=True),
         memory_mb=_number(ad, "RequestMemory", required=True),
@@ -296,10 +384,18 @@ def slot_from_ad(ad: classad2.ClassAd) -> Slot | None:
     total, free = amounts("TotalSlot"), amounts("")
     cache_id = _number(ad, "LLCCacheId", required=False, default=None) if "LLCCacheId" in ad else None
     return Slot(name=name, machine=machine, kind=SlotKind.DEVICE if kind else SlotKind.SOCKET, total=total,
-                free=free, device_name=_string(ad, kind.device_name_attr) if kind else None, cache_id=cache_id,
+                free=free, device_name=_device_name(ad, kind), cache_id=cache_id,
                 device_kind=kind.name if kind else None,
                 updated_at_s=_number(ad, "LastHeardFrom", required=False) or _number(ad, "MyCurrentTime", required=False),
                 children=_child_names(ad), unavailable=_unavailable(ad))
+
+
+def _device_name(ad: classad2.ClassAd, kind: DeviceKind | None) -> str | None:
+    """The device a device slot holds (None: not named), as the execute node accepts it."""
+    name = _string(ad, kind.device_name_attr) if kind else None
+    if name is not None and not DEVICE_NAME.match(name):
+        raise AdError(kind.device_name_attr, f"must be a device name ({DEVICE_NAME.pattern}), got {_shown(name)}")
+    return name
 
 
 def _child_names(ad: classad2.ClassAd) -> tuple[str, ...] | None:
@@ -337,8 +433,9 @@ def jobs_from_ads(ads: Iterable[classad2.ClassAd], schedd: str | None = None
     return jobs, skipped
 
 
-def slots_from_ads(ads: Iterable[classad2.ClassAd]) -> tuple[list[Slot], list[Skipped]]:
-    slots: list[Slot] = []
+def slots_from_ads(ads: Iterable[classad2.ClassAd]) -> tuple[list[tuple[Slot, classad2.ClassAd]], list[Skipped]]:
+    """Partitionable slot records, each with its ad, and the slots skipped with the reason."""
+    slots: list[tuple[Slot, classad2.ClassAd]] = []
     skipped: list[Skipped] = []
     for ad in ads:
         try:
@@ -347,27 +444,30 @@ def slots_from_ads(ads: Iterable[classad2.ClassAd]) -> tuple[list[Slot], list[Sk
             skipped.append(Skipped(f"slot {ad.get('Name', '?')}", str(e)))
             continue
         if slot is not None:
-            slots.append(slot)
+            slots.append((slot, ad))
     return slots, skipped
 
 
 def state_from_ads(job_ads: Mapping[str | None, Iterable[classad2.ClassAd]],
                    slot_ads: Iterable[classad2.ClassAd]) -> PoolState:
     """The pool state of job ads (per schedd name; None: from each ad's GlobalJobId) and
-    startd ads, with each idle job's eligible slots."""
-    slot_ads = list(slot_ads)
+    startd ads, with each idle job's eligible slots, under the rules of ``consistency``
+    (one ad per slot Name and job id, free amounts within the totals)."""
     pairs: list[tuple[Job, classad2.ClassAd]] = []
     skipped: list[Skipped] = []
     for schedd, ads in job_ads.items():
         read, bad = jobs_from_ads(ads, schedd)
         pairs += read
         skipped += bad
-    slots, slot_skips = slots_from_ads(slot_ads)
-    usable = {s.name for s in slots}
-    idle = [(job, ad) for job, ad in pairs if job.is_idle]
-    slot_ads = [ad for ad in slot_ads if ad.get("Name") in usable]
-    return PoolState(tuple(job for job, _ in pairs), tuple(slots), tuple(skipped + slot_skips),
-                     eligible_slots(idle, slot_ads), ranks=slot_ranks(idle, slot_ads))
+    slot_pairs, slot_skips = slots_from_ads(slot_ads)
+    slots, duplicates = distinct_slots([slot for slot, _ in slot_pairs])
+    kept = {id(slot) for slot in slots}
+    slot_ads = [ad for slot, ad in slot_pairs if id(slot) in kept]
+    state = consistent_state(PoolState(tuple(job for job, _ in pairs), tuple(slots),
+                                       tuple(skipped + slot_skips + duplicates)))
+    read = {id(job) for job in state.jobs}
+    idle = [(job, ad) for job, ad in pairs if job.is_idle and id(job) in read]
+    return replace(state, eligible=eligible_slots(idle, slot_ads), ranks=slot_ranks(idle, slot_ads))
 
 
 def slot_ranks(jobs: Iterable[tuple[Job, classad2.ClassAd]],
@@ -514,54 +614,219 @@ def _eval_quietly(ad: classad2.ClassAd, attr: str) -> Any:
         return None
 
 
+#: Bounds of what a snapshot reader accepts: the file's size, the ClassAds in it, a value's
+#: nesting (lists and nested ads inside an attribute) and an expression's text (classad2 25.14
+#: overflows the C stack parsing some 400 KB of ``1+1+...``).
+MAX_SNAPSHOT_BYTES = 2**30
+MAX_ADS = 1_000_000
+MAX_VALUE_DEPTH = 16
+MAX_EXPRESSION_CHARS = 65_536
+#: The deepest JSON the reader parses (the list of ads, an ad, then its values).
+_MAX_JSON_DEPTH = MAX_VALUE_DEPTH + 2
+
+
 def read_ads(path: str | Path) -> list[classad2.ClassAd]:
-    """Ads from a ``condor_q -json`` / ``condor_status -json`` file or ``-long`` text."""
+    """Ads from a ``condor_q -json`` / ``condor_status -json`` file or ``-long`` text; a file
+    that breaks a bound or does not parse raises :class:`SnapshotError` naming it and the place."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            data = f.read(MAX_SNAPSHOT_BYTES + 1)
     except OSError as e:
-        raise SnapshotError(f"{path}: cannot read: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise SnapshotError(f"{path}: not UTF-8 text (byte {e.start})") from None
-    if text.lstrip().startswith(("[", "{")):
-        return list(_ads_from_json(path, text))
-    return list(_ads_from_long(path, text))
-
-
-def _ads_from_json(path: Path, text: str) -> Iterator[classad2.ClassAd]:
+        raise SnapshotError(f"{path}: cannot read: {e.strerror or e}") from None
+    if len(data) > MAX_SNAPSHOT_BYTES:
+        raise SnapshotError(f"{path}: larger than {MAX_SNAPSHOT_BYTES} bytes")
     try:
-        data = json.loads(text)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise SnapshotError(f"{path}: not UTF-8 text (line {line}, byte {e.start})") from None
+    if text.lstrip().startswith(("[", "{")):
+        return _ads_from_json(path, text)
+    return _ads_from_long(path, text)
+
+
+def _json_int(digits: str) -> int | float:
+    """A JSON integer as a ClassAd holds it: beyond 64 bits, a real (then out of every range)."""
+    if len(digits) < 19:
+        return int(digits)
+    value = int(digits) if len(digits) <= 20 else float(digits)
+    return value if isinstance(value, int) and -2**63 <= value < 2**63 else float(digits)
+
+
+def _ads_from_json(path: Path, text: str) -> list[classad2.ClassAd]:
+    """ClassAds built straight from the parsed JSON (``condor_q -json``): numbers, strings,
+    booleans, null (undefined), lists and nested ads as ClassAd values, ``"/Expr(...)/"``
+    strings as expressions."""
+    try:
+        data = json.loads(text, parse_int=_json_int)
     except json.JSONDecodeError as e:
         raise SnapshotError(f"{path}: bad JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        line, column = _too_deep(text, _MAX_JSON_DEPTH)
+        raise SnapshotError(f"{path}: nested deeper than {_MAX_JSON_DEPTH} levels at line {line} "
+                            f"column {column}") from None
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list):
         raise SnapshotError(f"{path}: expected a JSON list of ClassAds")
+    if len(data) > MAX_ADS:
+        raise SnapshotError(f"{path}: more than {MAX_ADS} ClassAds")
+    ads = []
     for i, obj in enumerate(data):
         if not isinstance(obj, dict):
             raise SnapshotError(f"{path}: item {i} is not a JSON object")
         try:
-            # json.loads turned HTCondor's "\/Expr(...)\/" into "/Expr(...)/"; escaping every
-            # "/" again (valid JSON) lets classad2 read expressions as expressions, not strings.
-            yield classad2.parseOne(json.dumps(obj).replace("/", "\\/"), classad2.ParserType.JSON)
-        except Exception as e:
-            raise SnapshotError(f"{path}: item {i} is not a valid ClassAd: {e}") from None
+            ads.append(_classad(obj, 0))
+        except _BadValue as e:
+            raise SnapshotError(f"{path}: item {i}, attribute {e.attribute}: {e.problem}") from None
+    return ads
 
 
-def _ads_from_long(path: Path, text: str) -> Iterator[classad2.ClassAd]:
-    blocks = [b for b in text.replace("\r\n", "\n").split("\n\n") if b.strip()]
-    if not blocks:
-        return
-    line = 1
-    for block in blocks:
+class _BadValue(ValueError):
+    def __init__(self, problem: str, attribute: str = "") -> None:
+        super().__init__(problem)
+        self.problem, self.attribute = problem, attribute
+
+
+def _classad(obj: dict, depth: int) -> classad2.ClassAd:
+    values = {}
+    for attr, value in obj.items():
+        if value.__class__ in _PLAIN or (value.__class__ is str and not value.startswith(_EXPR_PREFIX)):
+            values[attr] = value
+            continue
         try:
-            ad = classad2.parseOne(block, classad2.ParserType.Old)
-        except Exception as e:
-            raise SnapshotError(f"{path}: ClassAd starting near line {line} does not parse: {e}") from None
-        if len(ad) == 0:
-            raise SnapshotError(f"{path}: ClassAd starting near line {line} does not parse")
-        line += block.count("\n") + 2
-        yield ad
+            values[attr] = _value(value, depth)
+        except _BadValue as e:
+            raise _BadValue(e.problem, e.attribute or attr) from None
+    try:
+        return classad2.ClassAd(values)
+    except Exception as e:  # an attribute name classad2 refuses
+        raise _BadValue(f"not a ClassAd ({e})", next(iter(values), "?")) from None
+
+
+_PLAIN = (int, float, bool, type(None))
+_EXPR_PREFIX, _EXPR_SUFFIX = "/Expr(", ")/"
+
+
+def _value(value: Any, depth: int) -> Any:
+    """One JSON value as a ClassAd value (module ``_ads_from_json``)."""
+    if isinstance(value, str):
+        if not (value.startswith(_EXPR_PREFIX) and value.endswith(_EXPR_SUFFIX)):
+            return value
+        return _expression(value[len(_EXPR_PREFIX):-len(_EXPR_SUFFIX)])
+    if value.__class__ in _PLAIN:
+        return value
+    if depth >= MAX_VALUE_DEPTH:
+        raise _BadValue(f"nested deeper than {MAX_VALUE_DEPTH} levels")
+    if isinstance(value, list):
+        return [_value(v, depth + 1) for v in value]
+    return _classad(value, depth + 1)
+
+
+def _expression(text: str) -> classad2.ExprTree:
+    if len(text) > MAX_EXPRESSION_CHARS:
+        raise _BadValue(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
+    try:
+        return classad2.ExprTree(text)
+    except Exception:
+        raise _BadValue("expression does not parse") from None
+
+
+def _too_deep(text: str, limit: int) -> tuple[int, int]:
+    """Line and column where JSON ``text`` first nests deeper than ``limit`` (strings skipped)."""
+    depth = 0
+    for token in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[{]|[\]}]', text):
+        char = token.group()
+        if char in "[{":
+            depth += 1
+            if depth > limit:
+                line = text.count("\n", 0, token.start()) + 1
+                return line, token.start() - text.rfind("\n", 0, token.start())
+        elif char in "]}":
+            depth -= 1
+    return 1, 1
+
+
+#: ``-long`` text: ``Attr = value`` lines (HTCondor's attribute names) and ``#`` comments.
+_LONG_LINE = re.compile(r"^[ \t]*([A-Za-z_][A-Za-z0-9_.]*)[ \t]*=(.*)$")
+_LONG_NAMES = re.compile(r"^[ \t]*([A-Za-z_][A-Za-z0-9_.]*)[ \t]*=", re.MULTILINE)
+_LONG_AD = re.compile(r"(?:[ \t]*(?:[A-Za-z_][A-Za-z0-9_.]*[ \t]*=[^\n]{0,%d}|#[^\n]*)(?:\n|\Z))*"
+                      % MAX_EXPRESSION_CHARS)
+_LONG_BLOCK = re.compile(r"(?:^[ \t\r\f\v]*\S.*(?:\n|\Z))+", re.MULTILINE)
+
+
+def _ads_from_long(path: Path, text: str) -> list[classad2.ClassAd]:
+    """Ads from ``-long`` text: ``Attr = value`` lines, ads separated by lines holding only
+    whitespace, ``#`` comment lines. Any other line, or a value that does not parse, is an
+    error naming the line: such a file is cut off or not ``-long`` output, and planning on
+    part of it would lose jobs without a reason."""
+    text = text.replace("\r\n", "\n")
+    ads: list[classad2.ClassAd] = []
+    line, at = 1, 0
+    for block in _LONG_BLOCK.finditer(text):
+        line += text.count("\n", at, block.start())
+        at = block.start()
+        if len(ads) == MAX_ADS:
+            raise SnapshotError(f"{path}: more than {MAX_ADS} ClassAds (line {line})")
+        ad = _long_ad(path, block.group(), line)
+        if ad is not None:
+            ads.append(ad)
+    return ads
+
+
+def _long_ad(path: Path, block: str, first_line: int) -> classad2.ClassAd | None:
+    """One ``-long`` ad (None: only comments). The lines are checked and classad2 parses the
+    block at once (fast); it must have read every attribute, else the line it refused is named."""
+    listed = _LONG_NAMES.findall(block)
+    names = set(map(str.lower, listed))
+    if _LONG_AD.fullmatch(block) is None:
+        _refuse_long_line(path, block, first_line)
+        raise SnapshotError(f"{path}: the ClassAd at line {first_line} does not parse")
+    if len(names) < len(listed):
+        _refuse_repeated(path, block, first_line)
+    if not names:
+        return None
+    try:
+        ad = classad2.parseNext(block, classad2.ParserType.Old)  # parseOne copies it attribute by attribute
+    except Exception:
+        ad = None
+    if ad is not None and len(ad) == len(names):
+        return ad
+    _refuse_long_line(path, block, first_line)
+    raise SnapshotError(f"{path}: the ClassAd at line {first_line} does not parse")
+
+
+def _refuse_repeated(path: Path, block: str, first_line: int) -> None:
+    """Raise SnapshotError naming an attribute given twice in one ad (two ads without the
+    blank line between them would otherwise read as one, losing a job)."""
+    seen: dict[str, int] = {}
+    for number, line in enumerate(block.splitlines(), first_line):
+        match = _LONG_LINE.match(line)
+        if match is not None:
+            name = match.group(1).lower()
+            if name in seen:
+                raise SnapshotError(f"{path}: line {number}: {match.group(1)} again (as on line {seen[name]}): "
+                                    "is a blank line missing between two ClassAds?")
+            seen[name] = number
+
+
+def _refuse_long_line(path: Path, block: str, first_line: int) -> None:
+    """Raise SnapshotError naming the first line of ``block`` that is not ``Attr = value``,
+    holds too long a value or does not parse; return when every line is a comment."""
+    for number, line in enumerate(block.splitlines(), first_line):
+        match = _LONG_LINE.match(line)
+        if match is None:
+            if line.lstrip().startswith("#"):
+                continue
+            raise SnapshotError(f"{path}: line {number} is not 'Attr = value'")
+        name, value = match.group(1), match.group(2).strip()
+        if len(value) > MAX_EXPRESSION_CHARS:
+            raise SnapshotError(f"{path}: line {number}: {name}: value longer than {MAX_EXPRESSION_CHARS} characters")
+        try:
+            classad2.ExprTree(value)
+        except Exception:
+            raise SnapshotError(f"{path}: line {number}: {name} does not parse") from None
 
 
 def ads_to_json(ads: Iterable[classad2.ClassAd]) -> str:

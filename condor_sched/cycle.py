@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+from condor_sched.consistency import consistent_state
 from condor_sched.device_kinds import DEFAULT_KIND
 from condor_sched.fairshare import fair_order, fair_window
 from condor_sched.model import (
@@ -47,6 +48,7 @@ from condor_sched.policies.base import (
     get_policy,
     run_policy,
 )
+from condor_sched.policies.devices import compute_overcommit
 
 if TYPE_CHECKING:
     from condor_sched.profiles import ProfileStore
@@ -205,6 +207,26 @@ def _stale_reason(job: Job, slots: Mapping[str, Slot], cycle: int, unpin_age: in
     if job.pinned_cycle is None or cycle - job.pinned_cycle >= unpin_age:
         return f"pin to {job.pinned_slot} not matched within {unpin_age} cycles"
     return None
+
+
+def _pins_within_totals(kept: Iterable[Job], slots: Mapping[str, Slot],
+                        settings: PlanSettings) -> tuple[list[Job], list[Unpin]]:
+    """The fresh pins each slot can hold together within its totals (device compute within
+    ``thread_overcommit`` where the kind allows it), older pins first, and an unpin for each
+    other one (pins written against a slot that has since shrunk, or edited by hand): no
+    plan ever puts more on a slot than it has."""
+    held: dict[str, Resources] = {}
+    out, unpins = [], []
+    for job in sorted(kept, key=lambda j: (j.pinned_cycle or 0, j.key)):
+        slot = slots[job.pinned_slot]  # type: ignore[index]
+        extra = math.floor(slot.total.device_threads * (compute_overcommit(slot, settings) - 1.0) + 1e-9)
+        together = held.get(slot.name, Resources()) + job.request
+        if together.fits_in(replace(slot.total, device_threads=slot.total.device_threads + extra)):
+            held[slot.name] = together
+            out.append(job)
+        else:
+            unpins.append(Unpin(job.key, f"pinned slot {slot.name} cannot hold it with the pins kept before it"))
+    return sorted(out, key=lambda j: j.key), unpins
 
 
 def _not_yet_in_ad(job: Job, slots: Mapping[str, Slot]) -> str | None:
@@ -378,6 +400,7 @@ def running_jobs(state: PoolState) -> tuple[RunningJob, ...]:
 
 def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> CycleDecision:
     """What one cycle does (module docstring), from ``state`` and ``memory`` alone."""
+    state = consistent_state(state)
     cycle = memory.cycle
     slots = {s.name: s for s in state.slots}
     jobs = sorted((j for j in state.jobs if covered(j)), key=lambda j: j.key)  # the same order from every source
@@ -393,6 +416,10 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
             if job.start_refused is not None:
                 refused[job.key] = job.pinned_slot
         to_plan.append(replace(job, pinned_slot=None, pinned_cycle=None))
+    kept, crowded = _pins_within_totals(kept, slots, config.plan)
+    unpins += crowded
+    crowded_keys = {u.job for u in crowded}
+    to_plan += [replace(job, pinned_slot=None, pinned_cycle=None) for job in jobs if job.key in crowded_keys]
     # A pinned job whose ad went bad cannot be planned: take its pin away so it is never
     # left pinned to a slot that cannot run it (it stays untouched otherwise); an idle one
     # is held with the attribute named, or it would wait for ever.

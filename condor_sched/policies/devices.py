@@ -131,7 +131,7 @@ def demand(job: Job, settings: PlanSettings) -> Capacity:
     return Capacity(-(-r.device_memory_mb // g), r.device_threads, r.cpus, r.memory_mb)
 
 
-def _compute_overcommit(slot: Slot, settings: PlanSettings) -> float:
+def compute_overcommit(slot: Slot, settings: PlanSettings) -> float:
     """The thread overcommit a slot's device kind allows (1.0: compute is hard)."""
     if settings.thread_overcommit == 1.0 or not device_kind(slot.device_kind or DEFAULT_KIND).compute_overcommit:
         return 1.0
@@ -141,7 +141,7 @@ def _compute_overcommit(slot: Slot, settings: PlanSettings) -> float:
 def free_capacity(slot: Slot, settings: PlanSettings) -> Capacity:
     """What a plan may still put on ``slot`` (see the module docstring)."""
     f, t = slot.free, slot.total
-    extra_threads = math.floor(t.device_threads * (_compute_overcommit(slot, settings) - 1.0) + 1e-9)
+    extra_threads = math.floor(t.device_threads * (compute_overcommit(slot, settings) - 1.0) + 1e-9)
     return Capacity(
         device_memory_granules=max(0, f.device_memory_mb // settings.memory_granularity_mb),
         device_threads=max(0, f.device_threads + extra_threads),

@@ -54,11 +54,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
-from condor_sched.model import Assignment, Job, Plan, Slot, SlotKind, Unplaced
-from condor_sched.policies.base import PlanRequest, PlanSettings, PolicyKind, register
+from condor_sched.model import Assignment, Job, Plan, Resources, Slot, SlotKind, Unplaced
+from condor_sched.policies.base import PlanRequest, PlanSettings, PolicyKind, register, too_large_reason
 from condor_sched.profiles import Profile, ProfileStore
 
 BETA = 2.0
@@ -97,6 +97,7 @@ def group_clusters(request: PlanRequest) -> tuple[list[ClusterJob], list[Unplace
     earliest submitted); procs with an unusable request are reported, not planned."""
     groups: dict[tuple[str, int], list[Job]] = {}
     bad: list[Unplaced] = []
+    sockets = [s for s in request.slots if s.kind is SlotKind.SOCKET]
     for job in request.idle:
         if not job.is_idle or job.uses_device:
             continue
@@ -107,6 +108,10 @@ def group_clusters(request: PlanRequest) -> tuple[list[ClusterJob], list[Unplace
     clusters = []
     for (schedd, cluster), procs in groups.items():
         procs.sort(key=lambda j: j.key)
+        too_large = next(filter(None, (_too_large_for_sockets(p, sockets) for p in procs)), None)
+        if too_large is not None:  # a job runs all its procs or none
+            bad.extend(Unplaced(p.key, too_large) for p in procs)
+            continue
         alpha = procs[0].slowdown_threshold
         if not (0.0 < alpha <= 1.0):
             bad.extend(Unplaced(p.key, f"slowdown threshold (CoSchedAlpha) must be in (0, 1], got {alpha}") for p in procs)
@@ -116,6 +121,14 @@ def group_clusters(request: PlanRequest) -> tuple[list[ClusterJob], list[Unplace
                                    max(0, age), min(p.submitted_at_s for p in procs)))
     clusters.sort(key=lambda c: (-c.age, c.submitted_at_s, c.schedd, c.cluster))
     return clusters, bad
+
+
+def _too_large_for_sockets(proc: Job, sockets: Sequence[Slot]) -> str | None:
+    """Why no socket slot could hold ``proc`` even empty: its cpus or memory (the amounts a
+    spread plan does not set itself) above every socket's total; None when some could."""
+    reason = too_large_reason(replace(proc, request=Resources(cpus=proc.request.cpus, memory_mb=proc.request.memory_mb)),
+                              sockets)
+    return None if reason is None or not sockets else f"proc {proc.key.job_id} {reason}"
 
 
 # ---------------------------------------------------------------------------------------
@@ -128,6 +141,7 @@ class SocketState:
     cpus: int
     ways: int
     bw_gbs: float
+    memory_mb: int
 
 
 @dataclass(slots=True)
@@ -175,7 +189,8 @@ def node_states(slots: Sequence[Slot]) -> list[NodeState]:
     for s in sorted(slots, key=lambda s: (s.machine, s.cache_id if s.cache_id is not None else -1, s.name)):
         if s.kind is SlotKind.SOCKET and s.total.cpus > 0:
             by_machine.setdefault(s.machine, []).append(
-                SocketState(s, max(0, s.free.cpus), max(0, s.free.llc_ways), max(0.0, s.free.mem_bw_gbs)))
+                SocketState(s, max(0, s.free.cpus), max(0, s.free.llc_ways), max(0.0, s.free.mem_bw_gbs),
+                            max(0, s.free.memory_mb)))
     return [NodeState(m, socks) for m, socks in sorted(by_machine.items())]
 
 
@@ -211,6 +226,7 @@ def fit_on_node(node: NodeState, procs: Sequence[Job], demand: Demand) -> NodePl
     Exclusive (CE): only wholly free sockets, whose ways and bandwidth the job takes all."""
     cpus = [s.cpus for s in node.sockets]
     bw = [s.bw_gbs for s in node.sockets]
+    memory = [s.memory_mb for s in node.sockets]
     used: dict[int, int] = {}
     out: list[tuple[Job, int, float]] = []
     order = sorted(range(len(node.sockets)), key=lambda i: (-node.sockets[i].cpus, i))
@@ -219,7 +235,7 @@ def fit_on_node(node: NodeState, procs: Sequence[Job], demand: Demand) -> NodePl
         need_bw = bw_units(r * demand.bw_per_core)
         for i in sorted(order, key=lambda i: i not in used):
             sock = node.sockets[i]
-            if cpus[i] < r:
+            if cpus[i] < r or memory[i] < proc.request.memory_mb:
                 continue
             if demand.exclusive:
                 if sock.cpus != sock.slot.total.cpus:
@@ -234,6 +250,7 @@ def fit_on_node(node: NodeState, procs: Sequence[Job], demand: Demand) -> NodePl
                     continue
                 ways, take = demand.ways, need_bw
             cpus[i] -= r
+            memory[i] -= proc.request.memory_mb
             bw[i] -= take
             used.setdefault(i, ways)
             out.append((proc, i, take))
@@ -252,6 +269,7 @@ def commit(placement: NodePlacement) -> None:
     for proc, i, bw in placement.procs:
         sock = placement.node.sockets[i]
         sock.cpus -= proc.request.cpus
+        sock.memory_mb -= proc.request.memory_mb
         sock.bw_gbs = max(0.0, sock.bw_gbs - bw)
 
 

@@ -71,6 +71,7 @@ def _solve(planner: SnsPlanner, jobs: list[ClusterJob], settings: PlanSettings, 
     cap_cpu: dict[tuple[int, int], list] = {}
     cap_ways: dict[tuple[int, int], list] = {}
     cap_bw: dict[tuple[int, int], list] = {}
+    cap_memory: dict[tuple[int, int], list] = {}
     objective = []
     for j, job in enumerate(jobs):
         profile = planner.store.get(job.program)
@@ -79,6 +80,7 @@ def _solve(planner: SnsPlanner, jobs: list[ClusterJob], settings: PlanSettings, 
             P, n = job.cores, opt.n
             lo, hi = P // n, math.ceil(P / n)
             bw_step = round(bw_units(opt.demand.bw_per_core) / BW_STEP_GBS)
+            memory_mb = max(p.request.memory_mb for p in job.procs)  # procs are interchangeable in the model
             yv = model.new_bool_var(f"y{j}_{o}")
             y[j, o] = yv
             ys.append(yv)
@@ -101,6 +103,8 @@ def _solve(planner: SnsPlanner, jobs: list[ClusterJob], settings: PlanSettings, 
                     cap_ways.setdefault((i, s), []).append(opt.demand.ways * uv)
                     if bw_step:
                         cap_bw.setdefault((i, s), []).append(bw_step * qv)
+                    if memory_mb:
+                        cap_memory.setdefault((i, s), []).append(memory_mb * qv)
                     qs.append(qv)
                 model.add(sum(qs) >= lo * xv)
                 model.add(sum(qs) <= hi * xv)
@@ -115,6 +119,8 @@ def _solve(planner: SnsPlanner, jobs: list[ClusterJob], settings: PlanSettings, 
         model.add(sum(cap_ways[i, s]) <= max(0, sock.ways))
         if (i, s) in cap_bw:
             model.add(sum(cap_bw[i, s]) <= math.floor(sock.bw_gbs / BW_STEP_GBS + 1e-6))
+        if (i, s) in cap_memory:
+            model.add(sum(cap_memory[i, s]) <= max(0, sock.memory_mb))
     model.maximize(sum(objective))
     for (j, o), var in y.items():
         model.add_hint(var, 1 if hint.get((j, o, -1)) else 0)
@@ -213,4 +219,4 @@ class SnsGlobalPolicy:
 def _copy_node(nd):
     from condor_sched.policies.sns import NodeState, SocketState
 
-    return NodeState(nd.machine, [SocketState(s.slot, s.cpus, s.ways, s.bw_gbs) for s in nd.sockets])
+    return NodeState(nd.machine, [SocketState(s.slot, s.cpus, s.ways, s.bw_gbs, s.memory_mb) for s in nd.sockets])

@@ -90,7 +90,7 @@ def test_long_format_is_read_and_an_unparsable_ad_is_an_error(tmp_path):
     assert state.jobs[0].remote_slot.startswith("slot2_1@node1")
     bad = tmp_path / "bad.long"
     bad.write_text("ClusterId = 4\n\nthis is not = = a classad ][\n")
-    with pytest.raises(SnapshotError, match="near line 3"):
+    with pytest.raises(SnapshotError, match="line 3 is not 'Attr = value'"):
         read_ads(bad)
 
 
@@ -100,7 +100,7 @@ def test_expression_requests_are_evaluated_and_bad_ranges_refused():
     ad["RequestMemory"] = classad2.ExprTree("(ImageSize + 1023) / 1024")
     assert job_from_ad(ad, "s").request.memory_mb == 4
     ad["RequestPhiMemory"] = -5
-    with pytest.raises(AdError, match="RequestPhiMemory out of range"):
+    with pytest.raises(AdError, match=r"RequestPhiMemory must be an integer in \[0, 1000000000000\]"):
         job_from_ad(ad, "s")
     ad["RequestPhiMemory"] = 500
     ad["CoSchedAlpha"] = 3.0

@@ -1,0 +1,88 @@
+"""The rules that make one pool state consistent, whatever its source (issue 10): the live
+pool and snapshot files (``classads.state_from_ads``) and the simulator all reach the cycle
+through :func:`consistent_state`, which ``cycle.decide_cycle`` applies first (pure).
+
+- A slot Name seen more than once (two ads of one slot in a concatenated snapshot, two
+  startds configured alike): the ad heard last (``LastHeardFrom``, else ``MyCurrentTime``)
+  is the slot, the first of equally recent ones; every other is reported, naming the one used.
+- A job id seen more than once (schedd, ClusterId, ProcId): the first ad that reads is the
+  job; every other copy, readable or not, is reported and never held or unpinned for.
+- A free amount above the slot's total: planned as the total, and reported, so no plan
+  puts more on a slot than it has.
+"""
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from typing import Sequence
+
+from condor_sched.device_kinds import DEFAULT_KIND, device_kind
+from condor_sched.model import JobKey, PoolState, Resources, Skipped, Slot
+
+
+def distinct_slots(slots: Sequence[Slot]) -> tuple[list[Slot], list[Skipped]]:
+    """One slot per Name (module docstring): the kept records themselves, in input order, and
+    a Skipped record for each other one."""
+    chosen: dict[str, int] = {}
+    for i, slot in enumerate(slots):
+        best = chosen.get(slot.name)
+        if best is None or slot.updated_at_s > slots[best].updated_at_s:
+            chosen[slot.name] = i
+    keep = set(chosen.values())
+    skipped = [Skipped(f"slot {slot.name}", f"duplicate Name: the ad of {slots[chosen[slot.name]].machine} "
+                                            f"heard at {slots[chosen[slot.name]].updated_at_s} is used")
+               for i, slot in enumerate(slots) if i not in keep]
+    return [slot for i, slot in enumerate(slots) if i in keep], skipped
+
+
+def _duplicate_job(key: JobKey) -> Skipped:
+    return Skipped(f"job {key}", "duplicate job id (same schedd, ClusterId and ProcId): the first ad "
+                                 "that reads is used, this copy is left out", job=key)
+
+
+def _attributes(slot: Slot, field: str) -> tuple[str, str]:
+    """The slot ad's free and total attribute of a Resources field."""
+    names = {"cpus": "Cpus", "memory_mb": "Memory", "llc_ways": "LLCWays", "mem_bw_gbs": "MemBW"}
+    if field not in names:
+        kind = device_kind(slot.device_kind or DEFAULT_KIND)
+        names = {"device_memory_mb": kind.memory_attr, "device_threads": kind.compute_attr}
+    return names[field], f"TotalSlot{names[field]}"
+
+
+def _within_total(slot: Slot) -> tuple[Slot, Skipped | None]:
+    """``slot`` with every free amount above its total taken as the total, and why."""
+    over = [f.name for f in fields(Resources) if getattr(slot.free, f.name) > getattr(slot.total, f.name)]
+    if not over:
+        return slot, None
+    said = ", ".join(f"{free} {getattr(slot.free, f):g} > {total} {getattr(slot.total, f):g}"
+                     for f in over for free, total in [_attributes(slot, f)])
+    clamped = replace(slot.free, **{f: getattr(slot.total, f) for f in over})
+    return slot.with_free(clamped), Skipped(f"slot {slot.name}", f"free amount above the total ({said}): "
+                                                                 "planned with the total free")
+
+
+def consistent_state(state: PoolState) -> PoolState:
+    """``state`` under the rules of the module docstring, each departure in ``skipped``;
+    ``state`` itself when it already keeps them."""
+    slots, skipped = distinct_slots(state.slots)
+    checked = [_within_total(s) for s in slots]
+    skipped += [note for _, note in checked if note is not None]
+    seen: set[JobKey] = set()
+    jobs = []
+    for job in state.jobs:
+        if job.key in seen:
+            skipped.append(_duplicate_job(job.key))
+        else:
+            seen.add(job.key)
+            jobs.append(job)
+    reported = []
+    for skip in state.skipped:
+        if skip.job is not None and skip.job in seen:
+            reported.append(_duplicate_job(skip.job))
+        else:
+            if skip.job is not None:
+                seen.add(skip.job)
+            reported.append(skip)
+    if not skipped and len(jobs) == len(state.jobs) and reported == list(state.skipped):
+        return state
+    return replace(state, jobs=tuple(jobs), slots=tuple(s for s, _ in checked),
+                   skipped=tuple(reported + skipped))
