@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 import classad2
+from cosched_node import rules
 
 from condor_sched.consistency import consistent_state, distinct_slots
 from condor_sched.device_kinds import DeviceKind, device_kinds
@@ -47,46 +48,33 @@ HOOK_REFUSED_VACATE_CODE = 1007
 MAX_AMOUNT = 2**40
 
 
-#: The request rules the execute node's PREPARE_JOB hook applies (node_hooks/cosched_node.py,
-#: ``ad_int`` and ``device_demand``; its spread checks): the planner refuses exactly what the
-#: hook refuses (issue 10), so no pin is written for a start the node would refuse.
-MAX_DEVICE_REQUEST = 10**12
+#: The request rules the execute node applies live once, in ``cosched_node.rules``: the
+#: planner refuses exactly what the PREPARE_JOB hook and the node agent refuse (issue 10), so
+#: no pin is written for a start the node would refuse.
 MAX_SPREAD_CPUS = 100_000
-PROGRAM_NAME = re.compile(r"^(?!\.)[A-Za-z0-9_.+-]{1,64}$")
-DEVICE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
+PROGRAM_NAME = rules.PROGRAM_RE
+DEVICE_NAME = rules.DEVICE_RE
 
 
 def request_problem(kind: DeviceKind | None, *, memory: object = None, compute: object = None,
                     program: object = None, cpus: object = None) -> str | None:
-    """Why the PREPARE_JOB hook would refuse a job's request, or None when it takes it.
+    """Why the execute node would refuse a job's request, or None when it takes it: the
+    shared rules of ``cosched_node.rules``, which the PREPARE_JOB hook and the node agent
+    apply to the same values.
 
     A device job (``kind`` given): ``memory`` and ``compute`` are its evaluated
-    ``Request<memory_attr>`` and ``Request<compute_attr>`` (None: undefined); both undefined
-    or both 0 is no device job; memory must be an integer in [0, MAX_DEVICE_REQUEST], compute
-    one in [1, MAX_DEVICE_REQUEST] once memory is asked for. A spread job (``kind`` None):
-    ``program`` (``CoSchedProgram``) must match PROGRAM_NAME, ``cpus`` (``RequestCpus``,
-    None: 1) be an integer in [1, MAX_SPREAD_CPUS]."""
-    if kind is None:
-        if not isinstance(program, str) or not PROGRAM_NAME.match(program):
-            return f"CoSchedProgram must be a program name ({PROGRAM_NAME.pattern}), got {_shown(program)}"
-        return _integer_problem("RequestCpus", 1 if cpus is None else cpus, 1, MAX_SPREAD_CPUS)
-    if memory is None and compute is None:
-        return None
-    memory_attr, compute_attr = kind.request_memory_attr, kind.request_compute_attr
-    if compute is None and memory not in (0, None):
-        return f"{compute_attr} is missing"
-    problem = (_integer_problem(compute_attr, 0 if compute is None else compute, 0, MAX_DEVICE_REQUEST)
-               or _integer_problem(memory_attr, 0 if memory is None else memory, 0, MAX_DEVICE_REQUEST))
-    if problem is None and compute == 0 and memory not in (0, None):
-        return f"{compute_attr} must be >= 1 for a job that requests device memory"
-    return problem
-
-
-def _integer_problem(attr: str, value: object, low: int, high: int) -> str | None:
-    """None when ``value`` is an integer (an integral real counts) in [low, high]."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or (isinstance(value, float) and not value.is_integer()) or not low <= value <= high:
-        return f"{attr} must be an integer in [{low}, {high}], got {_shown(value)}"
+    ``Request<memory_attr>`` and ``Request<compute_attr>`` (None: undefined); no device
+    memory is no device job (``rules.device_request``). A spread job (``kind`` None):
+    ``program`` (``CoSchedProgram``) must be a program name, ``cpus`` (``RequestCpus``,
+    None: 1) an integer in [1, MAX_SPREAD_CPUS]."""
+    try:
+        if kind is None:
+            rules.program_name(program)
+            rules.count("RequestCpus", 1 if cpus is None else cpus, 1, MAX_SPREAD_CPUS)
+        else:
+            rules.device_request(kind.request_memory_attr, memory, kind.request_compute_attr, compute)
+    except rules.RuleError as exc:
+        return str(exc)
     return None
 
 
@@ -128,10 +116,10 @@ def _integer(ad: classad2.ClassAd, attr: str, maximum: int = MAX_AMOUNT) -> int:
     value = _eval(ad, attr)
     if value is None:
         raise AdError(attr, "is missing")
-    problem = _integer_problem(attr, value, 0, maximum)
-    if problem is not None:
-        raise AdError(attr, problem.removeprefix(f"{attr} "))
-    return int(value)
+    try:
+        return rules.count(attr, value, 0, maximum)
+    except rules.RuleError as exc:
+        raise AdError(attr, str(exc).removeprefix(f"{attr} = ")) from None
 
 
 def _number(ad: classad2.ClassAd, attr: str, *, required: bool, default: float = 0,

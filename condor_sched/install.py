@@ -37,12 +37,18 @@ class InstalledFile:
     action: str
 
 
+#: The node programs' package: installed next to them, in a directory of the same name.
+NODE_PACKAGE = "cosched_node"
+
+
 def node_hook_files() -> list[Path]:
-    """The shipped execute-node programs and their helper modules, by name."""
-    found = sorted(node_hooks_dir().glob("*.py"))
+    """The shipped execute-node programs, then the modules of their package, relative to
+    node_hooks/ (``cosched_prepare_job.py``, ``cosched_node/agent.py`` ...)."""
+    root = node_hooks_dir()
+    found = sorted(root.glob("*.py")) + sorted((root / NODE_PACKAGE).glob("*.py"))
     if not found:
-        raise ResourceMissing(f"{node_hooks_dir()}: no node hook shipped")
-    return found
+        raise ResourceMissing(f"{root}: no node hook shipped")
+    return [p.relative_to(root) for p in found]
 
 
 def _same_content(a: Path, b: Path) -> bool:
@@ -72,10 +78,10 @@ def install_node_hooks(target_dir: Path, force: bool = False) -> list[InstalledF
     """
     if target_dir.exists() and not target_dir.is_dir():
         raise InstallConflict(f"{target_dir}: not a directory")
-    sources = node_hook_files()
+    root = node_hooks_dir()
     actions: list[tuple[Path, Path, str]] = []
-    for source in sources:
-        destination = target_dir / source.name
+    for relative in node_hook_files():
+        source, destination = root / relative, target_dir / relative
         if destination.is_dir() and not destination.is_symlink():
             raise InstallConflict(f"{destination}: a directory is in the way")
         if not os.path.lexists(destination):
@@ -88,7 +94,7 @@ def install_node_hooks(target_dir: Path, force: bool = False) -> list[InstalledF
     if conflicts and not force:
         raise InstallConflict("these files differ from the shipped node hooks (--force replaces them): "
                               + ", ".join(conflicts))
-    target_dir.mkdir(parents=True, exist_ok=True)
+    (target_dir / NODE_PACKAGE).mkdir(parents=True, exist_ok=True)
     for source, destination, action in actions:
         if action == "unchanged":
             os.chmod(destination, HOOK_MODE)

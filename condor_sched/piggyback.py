@@ -2,29 +2,17 @@
 of a not-yet-profiled program tries, from the run records the node agents write.
 
 The rule and the record format live in the node-side, standard-library module
-``node_hooks/cosched_profile_record.py`` (one implementation for both sides).
+``cosched_node.runs`` (node_hooks/cosched_node/runs.py; one implementation for both sides).
 """
 from __future__ import annotations
 
-import importlib.util
 import logging
-from functools import lru_cache
 from pathlib import Path
-from types import ModuleType
 from typing import Iterable
 
-from condor_sched.resources import node_hooks_dir
+from cosched_node import runs as rec
 
 log = logging.getLogger("condor_sched.piggyback")
-RECORD_MODULE = "cosched_profile_record.py"
-
-
-@lru_cache(maxsize=1)
-def _records() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("cosched_profile_record", node_hooks_dir() / RECORD_MODULE)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
 
 
 def _settled_scale(runtimes: dict[int, float], min_gain: float) -> int | None:
@@ -42,7 +30,6 @@ def exploration_scales(programs: Iterable[str], runs_dir: str | Path | None) -> 
     scales: dict[str, int] = {}
     if not runs_dir:
         return scales
-    rec = _records()
     for program in sorted(set(programs)):
         try:
             records = rec.load_records(str(runs_dir), program)

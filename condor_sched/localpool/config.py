@@ -64,6 +64,11 @@ def probe_dir(node: str) -> PurePosixPath:
     return AGENT_STATE_DIR / "probe" / node
 
 
+def startd_address_file(node: str) -> PurePosixPath:
+    """The node's startd address file: the node agent asks that startd for its claims."""
+    return CONDOR_LOG_DIR / f".startd_address.{node}"
+
+
 def agent_name(index: int) -> str:
     """The master's name for the node agent of the ``index``-th node."""
     return f"COSCHED_AGENT{index}"
@@ -181,19 +186,19 @@ def render_node_daemons(node: Node, index: int, hooks: HookFiles, domain: str = 
         f"{p}STARTD_NAME = {node.name}",
         f"{p}NETWORK_HOSTNAME = {node.name}.{domain}",
         f"{p}STARTD_LOG = $(LOG)/StartLog.{node.name}",
-        f"{p}STARTD_ADDRESS_FILE = $(LOG)/.startd_address.{node.name}",
+        f"{p}STARTD_ADDRESS_FILE = {startd_address_file(node.name)}",
         f"{p}EXECUTE = {CONDOR_EXECUTE_DIR / node.name}",
         f"{p}STARTER = {starter_wrapper_path(node.name)}",
     ]
     if hooks.startd_cron:
-        lines.append(f"{p}STARTD_CRON_COSCHEDINFO_ARGS = {HOOKS_DIR / STARTD_CRON_SCRIPT} --node-config {conf}")
+        lines.append(f"{p}STARTD_CRON_COSCHEDINFO_ARGS = -Es {HOOKS_DIR / STARTD_CRON_SCRIPT} --node-config {conf}")
     if hooks.node_agent:
         a = agent_name(index)
         lines += [
             f"{a} = {PYTHON}",
-            f"{a}_ARGS = {HOOKS_DIR / NODE_AGENT_SCRIPT} --node-config {conf} "
-            f"--state-dir {AGENT_STATE_DIR / node.name} --probe file --probe-dir {probe_dir(node.name)} "
-            f"--profile-dir {PROFILE_RUNS_DIR} --interval 2",
+            f"{a}_ARGS = -Es {HOOKS_DIR / NODE_AGENT_SCRIPT} --node-config {conf} "
+            f"--state-dir {AGENT_STATE_DIR / node.name} --startd-address-file {startd_address_file(node.name)} "
+            f"--probe file --probe-dir {probe_dir(node.name)} --profile-dir {PROFILE_RUNS_DIR} --interval 2",
         ]
     return "\n".join(lines) + "\n"
 
@@ -218,7 +223,7 @@ def render_prepare_job_wrapper(node: str | None) -> str:
     if node is not None:
         lines.append(f"COSCHED_NODE_CONFIG={node_config_path(node)}")
         lines.append("export COSCHED_NODE_CONFIG")
-    lines.append(f'exec {PYTHON} {HOOKS_DIR / PREPARE_JOB_SCRIPT} "$@"')
+    lines.append(f'exec {PYTHON} -Es {HOOKS_DIR / PREPARE_JOB_SCRIPT} "$@"')
     return "\n".join(lines) + "\n"
 
 

@@ -92,12 +92,18 @@ def test_install_node_writes_every_hook_executable_and_is_idempotent(tmp_path):
     target = tmp_path / "hooks"
     first = run("install-node", str(target))
     assert first.exit_code == 0
-    installed = sorted(p.name for p in target.iterdir())
-    assert "cosched_prepare_job.py" in installed and "cosched_node_agent.py" in installed
+    installed = sorted(str(p.relative_to(target)) for p in target.rglob("*.py"))
+    assert "cosched_prepare_job.py" in installed and "cosched_node/agent.py" in installed
     assert all((target / name).stat().st_mode & 0o777 == 0o755 for name in installed)
     assert first.output.count("wrote") == len(installed)
     again = run("install-node", str(target))
     assert again.exit_code == 0 and again.output.count("unchanged") == len(installed)
+    # The installed programs run from there with the system python3 and no other path.
+    for program in ("cosched_prepare_job.py", "cosched_node_agent.py", "cosched_startd_cron.py",
+                    "discover_devices.py"):
+        out = subprocess.run(["/usr/bin/python3", "-Es", str(target / program), "--help"], capture_output=True,
+                             text=True, timeout=60, cwd=tmp_path)
+        assert "Traceback" not in out.stderr and "ModuleNotFoundError" not in out.stderr, (program, out.stderr)
 
 
 def test_install_node_refuses_a_different_file_unless_forced(tmp_path):

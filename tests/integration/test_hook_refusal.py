@@ -6,54 +6,81 @@ CoSchedPinTime; a refusal no plan fixes holds it with the reason in HoldReason.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import htcondor2
 import pytest
+from cosched_node import jobs, procs
+from cosched_node.errors import EXIT_BAD_AD
+from cosched_node.slots import Claim
+
+from condor_sched.localpool import chroot, config
 
 pytestmark = pytest.mark.pool
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "node_hooks"))
-
-import cosched_node as cn  # noqa: E402
 
 REFUSAL_ATTRS = ["JobStatus", "VacateReason", "VacateReasonCode", "VacateReasonSubCode", "LastVacateTime",
                  "NumShadowStarts", "NumJobStarts", "HoldReason", "HoldReasonCode", "HoldReasonSubCode",
                  "ExitCode", "LastRemoteHost", "CoSchedPinTime"]
+#: HTCondor's VacateReasonCode when a PREPARE_JOB hook sends a job back to Idle (StarterError).
+VACATE_CODE_STARTER_ERROR = 1007
 
 
 class CoRunner:
-    """A job the hook sees on a device but HTCondor does not account (one started outside
-    HTCondor, or from a stale ad): a live process named condor_starter and its request file
-    in the node agent's state dir, as a PREPARE_JOB hook writes one."""
+    """A job the node agent holds on a device that HTCondor no longer accounts: a starter
+    still alive after its claim ended (or one from before a stale ad). Only root can make
+    one: a live root process named condor_starter, and its record in the agent's root-only
+    jobs.json, written while the agent is stopped."""
 
     def __init__(self, pool, node: str, device: str, memory_mb: int, threads: int, tmp: Path) -> None:
         starter = tmp / "condor_starter"
         shutil.copy("/bin/sleep", starter)
         self.process = subprocess.Popen([str(starter), "600"])
-        self.requests = pool.info.root / "var/lib/condor_sched" / node / "requests"
         start = None
         while start is None:
-            start = cn.process_start_time(self.process.pid)
-        request = cn.Request(999999, 0, "slot2_999", device, memory_mb, threads, ((240 - threads, 240),),
-                             self.process.pid, start, str(tmp), "root")
-        self.path = self.requests / request.file_name
-        self.path.write_text(json.dumps(request.to_json()))
+            start = procs.start_time(self.process.pid)
+        self.root, self.node = pool.info.root, node
+        self.agent = config.agent_name(int(node.removeprefix("node")))
+        claim = Claim(slot="slot2_999", slot_id=2, job="999999.0", starter_pid=self.process.pid, remote_user="root",
+                      cpus=1, memory_mb=0, device=device, device_memory_mb=memory_mb, compute=threads, llc_ways=0,
+                      mem_bw_gbs=0.0, program=None, pinned=True, scale=0, nodes=0)
+        record = jobs.Running(self.process.pid, start, claim, time.time(), units=((240 - threads, 240),))
+        state_dir = str(pool.info.root / "var/lib/condor_sched" / node)
+        self._agent("condor_off")
+        records, _ = jobs.load(state_dir)
+        records[record.key] = record
+        jobs.save(state_dir, records)
+        self._agent("condor_on")
+
+    def _agent(self, command: str) -> None:
+        """Stop (condor_off) or start (condor_on) the node's agent and wait until it is so."""
+        chroot.in_chroot(self.root, [command, "-daemon", self.agent], check=True, timeout_s=30)
+        deadline = time.monotonic() + 30
+        while self._agent_running() != (command == "condor_on") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1)  # a started agent has read its records and listens
+
+    def _agent_running(self) -> bool:
+        marker = str(config.node_config_path(self.node))
+        for pid in chroot.processes_in(self.root):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if config.NODE_AGENT_SCRIPT in cmdline and marker in cmdline:
+                return True
+        return False
 
     def end(self) -> None:
         self.process.kill()
         self.process.wait()
-        self.path.unlink(missing_ok=True)
 
 
-def hooks_log_lines(pool, node: str, text: str) -> int:
-    log = pool.info.root / "var/lib/condor_sched" / node / "hooks.log"
+def agent_log_lines(pool, node: str, text: str) -> int:
+    log = pool.info.root / "var/lib/condor_sched" / node / "agent.log"
     return sum(text in line for line in log.read_text().splitlines())
 
 
@@ -71,7 +98,7 @@ def test_a_refused_device_start_goes_back_to_idle_with_its_reason_and_waits_for_
                            REFUSAL_ATTRS, timeout_s=90)
         print("after the refusal:", ad)
         assert ad["JobStatus"] == 1, ad
-        assert ad["VacateReasonCode"] == cn.VACATE_CODE_STARTER_ERROR == 1007 and ad["VacateReasonSubCode"] == 0
+        assert ad["VacateReasonCode"] == VACATE_CODE_STARTER_ERROR == 1007 and ad["VacateReasonSubCode"] == 0
         assert ad["VacateReason"].startswith("Error from slot2_"), ad
         assert "PREPARE_JOB (prepare_job) failed (reported status 303): condor_sched: device node1/mic0 (slot2_" \
             in ad["VacateReason"], ad
@@ -84,7 +111,7 @@ def test_a_refused_device_start_goes_back_to_idle_with_its_reason_and_waits_for_
         later = pool.job(cluster, REFUSAL_ATTRS)
         print("30 s later:", later)
         assert later["JobStatus"] == 1 and later["NumShadowStarts"] == 1, later
-        assert hooks_log_lines(pool, node, f"job {job} refused on device node1/mic0") == 1
+        assert agent_log_lines(pool, node, f"job {job}: start refused") == 1
         # The job's event log tells the user too: the starter's error (021), then the eviction (004).
         events = (Path(pool.schedd().query(f"ClusterId == {cluster}", projection=["Iwd"])[0]["Iwd"]) / "log").read_text()
         print(events)
@@ -115,8 +142,8 @@ def test_a_malformed_pin_holds_the_job_with_a_reason_users_can_read(pool):
     try:
         ad = pool.wait_for(cluster, lambda a: a["JobStatus"] == 5, REFUSAL_ATTRS, timeout_s=90)
         print("held:", ad)
-        assert ad["HoldReasonCode"] == 19 and ad["HoldReasonSubCode"] == cn.EXIT_BAD_AD, ad
-        assert "condor_sched: malformed job or machine ad: attribute CoSchedPinScale=3 is not one of (1, 2, 4, 8)" \
+        assert ad["HoldReasonCode"] == 19 and ad["HoldReasonSubCode"] == EXIT_BAD_AD, ad
+        assert "condor_sched: malformed job or machine ad: attribute CoSchedPinScale = 3 is not one of (1, 2, 4, 8)" \
             in ad["HoldReason"], ad
     finally:
         pool.schedd().act(htcondor2.JobAction.Remove, f"ClusterId == {cluster}")

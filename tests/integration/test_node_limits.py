@@ -17,12 +17,14 @@ def test_job_over_its_device_memory_is_stopped_and_the_reason_recorded(pool):
     pool.wait_for(cluster, lambda a: a["JobStatus"] == 2, ["RemoteHost"], timeout_s=60)
     root = pool.info.root
     state = root / "var/lib/condor_sched/node1"
-    # The PREPARE_JOB hook registered the job with the agent, with its thread cap and cores.
+    # The agent placed the job at its hook's request and publishes its claim's allocation.
     deadline = time.monotonic() + 30
-    while not list((state / "requests").glob(f"{cluster}.0.*.json")) and time.monotonic() < deadline:
+    placed = None
+    while placed is None and time.monotonic() < deadline:
+        device = json.loads((state / "devices" / "mic0.json").read_text())
+        placed = next((j for j in device["jobs"] if j["job"] == f"{cluster}.0" and j["units"]), None)
         time.sleep(0.5)
-    request = json.loads(next((state / "requests").glob(f"{cluster}.0.*.json")).read_text())
-    assert request["device"] == "mic0" and request["threads"] == 60
+    assert placed is not None and placed["memory_mb"] == 500 and placed["threads"] == 60, placed
     # The device reports 900 MB used by the job: over its 500 MB request.
     probe = root / "var/lib/condor_sched/probe/node1/mic0"
     probe.mkdir(parents=True, exist_ok=True)

@@ -19,22 +19,12 @@ import pytest
 from condor_sched import localpool
 from condor_sched.localpool import chroot
 from condor_sched.model import partitionable_slot_of
+from waiting import wait_until
 
 pytestmark = pytest.mark.pool
 
 DAEMON = "COSCHED_SIDECAR"
 TEST_KNOBS = "60-cosched-test-sidecar.conf"
-
-
-def wait_until(probe: Callable[[], Any], what: str, timeout_s: float = 60) -> Any:
-    """Poll ``probe`` until it returns something truthy; that value."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"not within {timeout_s} s: {what}")
 
 
 def sidecar_pids(pool) -> list[int]:

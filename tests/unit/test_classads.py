@@ -100,7 +100,7 @@ def test_expression_requests_are_evaluated_and_bad_ranges_refused():
     ad["RequestMemory"] = classad2.ExprTree("(ImageSize + 1023) / 1024")
     assert job_from_ad(ad, "s").request.memory_mb == 4
     ad["RequestPhiMemory"] = -5
-    with pytest.raises(AdError, match=r"RequestPhiMemory must be an integer in \[0, 1000000000000\]"):
+    with pytest.raises(AdError, match=r"RequestPhiMemory = -5 is outside \[1, 1000000000000\]"):
         job_from_ad(ad, "s")
     ad["RequestPhiMemory"] = 500
     ad["CoSchedAlpha"] = 3.0

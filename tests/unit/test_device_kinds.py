@@ -6,11 +6,13 @@ from __future__ import annotations
 import io
 import json
 import os
-import sys
 from pathlib import Path
 
 import classad2
 import pytest
+from cosched_node import ads, environment, errors, prepare_job
+from cosched_node.config import load_node_config
+from test_node_harness import FakeView, Starters, make_agent, slot_ad
 
 from condor_sched.classads import job_from_ad, slot_from_ad
 from condor_sched.cycle import CycleConfig, CycleMemory, decide_cycle
@@ -20,13 +22,6 @@ from condor_sched.model import JobStatus, PoolState, SlotKind
 from condor_sched.policies.base import get_policy
 from condor_sched.simulate.engine import simulate
 from condor_sched.simulate.workloads import SimJob
-
-HOOKS = Path(__file__).resolve().parents[2] / "node_hooks"
-sys.path.insert(0, str(HOOKS))
-
-import cosched_node as cn  # noqa: E402
-import cosched_node_agent as agent  # noqa: E402
-import cosched_prepare_job as hook  # noqa: E402
 
 DUMMY = DeviceKind(name="dummy", memory_attr="DummyMemory", compute_attr="DummyUnits",
                    device_name_attr="DummyDeviceName", compute_unit="units", compute_per_core=2,
@@ -95,37 +90,46 @@ def test_the_simulator_runs_dummy_jobs_on_dummy_devices(dummy):
     assert result.memory_oversubscriptions == 0
 
 
-def test_the_prepare_job_hook_enforces_a_dummy_device_from_its_record_in_the_node_config(dummy, tmp_path):
+def test_the_node_agent_and_hook_enforce_a_dummy_device_from_its_record_in_the_node_config(dummy, tmp_path):
     config = tmp_path / "n1.json"
     config.write_text(json.dumps(node_config(mixed_node("n1"), "test")))
-    state = tmp_path / "state"
-    agent.prepare_state_dir(str(state))
-    (tmp_path / "scratch").mkdir()
+    view = FakeView(load_node_config(str(config)))
+    logs: list = []
+    node_agent = make_agent(view.config, tmp_path / "state", view, logs)
+    starters = Starters()
 
-    def prepare(proc: int, units: int, memory_mb: int, allocated_units: int = 100) -> tuple[int, dict]:
+    def prepare(proc: int, units: int, memory_mb: int) -> tuple[int, dict]:
+        # the startd's claim of slot 3 (dum0) allocates the job's DummyUnits and DummyMemory
+        starter = starters.job()
+        view.ads.append(slot_ad(f"slot3_{proc + 1}", f"5.{proc}", starter.pid, host="n1", domain="test",
+                                DummyDeviceName="dum0", DummyUnits=units, DummyMemory=memory_mb))
         machine_ad = tmp_path / f"machine{proc}.ad"
-        machine_ad.write_text(f'Name = "slot3_{proc + 1}@n1@n1.test"\nDummyDeviceName = "dum0"\n'
-                              f"DummyUnits = {allocated_units}\nDummyMemory = 4000\n")
+        machine_ad.write_text(f'Name = "slot3_{proc + 1}@n1@n1.test"\nDummyDeviceName = "dum0"\n')
         job_ad = (f'ClusterId = 5\nProcId = {proc}\nOwner = "alice"\nRequestDummyUnits = {units}\n'
                   f"RequestDummyMemory = {memory_mb}\n")
         out = io.StringIO()
-        env = {"COSCHED_NODE_CONFIG": str(config), "COSCHED_STATE_DIR": str(state),
-               "_CONDOR_MACHINE_AD": str(machine_ad), "_CONDOR_SCRATCH_DIR": str(tmp_path / "scratch")}
-        code = hook.main([], stdin=io.BytesIO(job_ad.encode()), stdout=out, env=env, starter_pid=os.getpid())
-        return code, cn.parse_classad(out.getvalue(), "hook output")
+        env = {"COSCHED_NODE_CONFIG": str(config), "COSCHED_STATE_DIR": str(tmp_path / "state"),
+               "_CONDOR_MACHINE_AD": str(machine_ad)}
+        code = prepare_job.main([], stdin=io.BytesIO(job_ad.encode()), stdout=out, env=env,
+                                ask=lambda state_dir: node_agent.answer(starter.child, os.getuid()))
+        return code, ads.parse_classad(out.getvalue(), "hook output")
 
-    code, out = prepare(0, 30, 1500)
-    env = dict(hook.parse_environment_v2(cn.ad_get(out, "Environment")))
-    # 30 units at 2 a core: cores 0-14 of the device's 50; no Xeon Phi variable set.
-    assert code == cn.EXIT_OK and env == {"DUMMY_UNITS": "30", "DUMMY_CORES": "0-14", "DUMMY_INDEX": "0"}
-    code, out = prepare(1, 60, 1500)
-    assert code == cn.EXIT_OK and dict(hook.parse_environment_v2(cn.ad_get(out, "Environment")))["DUMMY_CORES"] == "15-44"
-    # 30 + 60 + 20 units > 100: refused, whatever the slot ad claims.
-    assert prepare(2, 20, 100)[0] == cn.EXIT_OVERSUBSCRIBED
-    # A job asking more than its dynamic slot was allocated has an inconsistent ad: held.
-    assert prepare(3, 5, 100, allocated_units=4)[0] == cn.EXIT_BAD_AD
-    log = (state / "hooks.log").read_text()
-    assert "device dummy" not in log and "n1/dum0" in log
+    try:
+        code, out = prepare(0, 30, 1500)
+        env = dict(environment.parse_environment_v2(ads.ad_get(out, "Environment")))
+        # 30 units at 2 a core: cores 0-14 of the device's 50; no Xeon Phi variable set.
+        assert code == errors.EXIT_OK and env == {"DUMMY_UNITS": "30", "DUMMY_CORES": "0-14", "DUMMY_INDEX": "0"}
+        code, out = prepare(1, 60, 1500)
+        assert code == errors.EXIT_OK
+        assert dict(environment.parse_environment_v2(ads.ad_get(out, "Environment")))["DUMMY_CORES"] == "15-44"
+        # claims of 30 + 60 + 20 units > 100: refused.
+        code, out = prepare(2, 20, 100)
+        assert code == errors.EXIT_OVERSUBSCRIBED
+        assert "device DummyUnits 90+20 > 100 on dum0" in ads.ad_get(out, "HookStatusMessage")
+        log = "\n".join(logs)
+        assert "device dummy" not in log and "n1/dum0" in log
+    finally:
+        starters.close()
 
 
 def test_only_the_device_kind_records_name_the_xeon_phi_attributes():

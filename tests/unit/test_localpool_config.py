@@ -1,21 +1,16 @@
 """Pure parts of the local pool: config rendering, apt sources, and device discovery."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
 
 import pytest
+from cosched_node import discover
 
 from condor_sched import localpool
 from condor_sched.inventory import default_inventory_path, load_inventory, node_config, node_slots
 from condor_sched.localpool import chroot, config
-
-HOOK = Path(__file__).resolve().parents[2] / "node_hooks" / "discover_devices.py"
-_spec = importlib.util.spec_from_file_location("discover_devices", HOOK)
-discover = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(discover)
 
 INVENTORY = load_inventory(default_inventory_path())
 
@@ -203,10 +198,13 @@ def test_node_daemons_point_every_hook_at_the_node_config():
     assert lines["NODE2.STARTD_NAME"] == "node2"
     assert lines["NODE2.NETWORK_HOSTNAME"] == "node2.cosched.test"
     assert lines["NODE2.STARTD_CRON_COSCHEDINFO_ARGS"] == (
-        "/opt/condor_sched/node_hooks/cosched_startd_cron.py --node-config /etc/condor_sched/nodes/node2.json")
+        "-Es /opt/condor_sched/node_hooks/cosched_startd_cron.py --node-config /etc/condor_sched/nodes/node2.json")
     assert lines["COSCHED_AGENT2"] == "/usr/bin/python3"
-    assert lines["COSCHED_AGENT2_ARGS"] == ("/opt/condor_sched/node_hooks/cosched_node_agent.py --node-config "
+    # The agent asks this node's startd (its address file) for the claims it enforces.
+    assert lines["NODE2.STARTD_ADDRESS_FILE"] == "/var/log/condor/.startd_address.node2"
+    assert lines["COSCHED_AGENT2_ARGS"] == ("-Es /opt/condor_sched/node_hooks/cosched_node_agent.py --node-config "
                                             "/etc/condor_sched/nodes/node2.json --state-dir /var/lib/condor_sched/node2 "
+                                            "--startd-address-file /var/log/condor/.startd_address.node2 "
                                             "--probe file --probe-dir /var/lib/condor_sched/probe/node2 "
                                             "--profile-dir /var/lib/condor_sched/profiles --interval 2")
     wrapper = config.render_starter_wrapper("node2", config.HookFiles())

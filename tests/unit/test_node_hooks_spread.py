@@ -1,28 +1,20 @@
-"""Spread (SNS) jobs on the execute node: PREPARE_JOB request, the agent's resctrl groups,
-piggyback run records and the next scale factor (node_hooks/, stdlib only)."""
+"""Spread (SNS) jobs on the execute node: the PREPARE_JOB hook's thread cap and its question
+to the agent, the agent's resctrl groups sized from the startd's claims (LLCWays, MemBW),
+piggyback run records and the next scale factor (the ``cosched_node`` package)."""
 
 from __future__ import annotations
 
 import io
 import json
 import os
-import shutil
-import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cosched_node import ads, environment, errors, perf, prepare_job, resctrl, runs
+from test_node_harness import (HOOKS, JOB_UID, SYSTEM_PYTHON, FakeView, Starter, Starters, make_agent, needs_root,
+                               spread_ad, write_config)
 
-HOOKS = Path(__file__).resolve().parents[2] / "node_hooks"
-sys.path.insert(0, str(HOOKS))
-
-import cosched_node as cn  # noqa: E402
-import cosched_node_agent as agent  # noqa: E402
-import cosched_prepare_job as hook  # noqa: E402
-import cosched_profile_record as pr  # noqa: E402
-
-SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
 NODE = {"node": "node1", "domain": "cosched.test", "cores": 20, "memory_mb": 9216, "slots": [
     {"slot_id": 1, "kind": "socket", "cache_id": 0, "cores": 8, "memory_mb": 4096, "llc_ways": 11,
      "mem_bw_gbs": 50.0},
@@ -49,18 +41,27 @@ def spread_job(cluster: int = 10, program: object = "lulesh", cpus: object = 4, 
 
 
 class Node:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, starters: Starters) -> None:
         self.root = root
-        self.config = root / "node1.json"
-        self.config.write_text(json.dumps(NODE))
+        self.config_path, self.config = write_config(root, NODE)
         self.state = root / "state"
-        agent.prepare_state_dir(str(self.state))
         self.resctrl = root / "resctrl"
         self.profiles = root / "profiles"
+        self.profiles.mkdir()                 # the agent program makes it (agent.build)
+        self.view = FakeView(self.config)
+        self.logs: list[str] = []
+        self.starters = starters
+        self.asked: list[str] = []
         self.counter = 0
-        self.children: list[subprocess.Popen] = []
+        self.agent = self.new_agent()
 
-    def make_resctrl(self, closids: int = 8, mba: bool = True) -> Path:
+    def new_agent(self, manager: bool = True, **kwargs: object):
+        mgr = resctrl.ResctrlManager(str(self.resctrl), log=self.logs.append) if manager else None
+        return make_agent(self.config, self.state, self.view, self.logs, manager=mgr,
+                          profile_dir=str(self.profiles), **kwargs)
+
+    def make_resctrl(self, closids: int = 8, mba: bool = True) -> None:
+        """A directory laid out as resctrl is (11 ways on caches 0 and 1), and a manager on it."""
         (self.resctrl / "info" / "L3").mkdir(parents=True)
         (self.resctrl / "info" / "L3" / "cbm_mask").write_text("7ff\n")
         (self.resctrl / "info" / "L3" / "min_cbm_bits").write_text("1\n")
@@ -71,50 +72,46 @@ class Node:
             (self.resctrl / "info" / "MB" / "bandwidth_gran").write_text("10\n")
         (self.resctrl / "schemata").write_text("L3:0=7ff;1=7ff\nMB:0=100;1=100\n")
         (self.resctrl / "tasks").write_text("")
-        return self.resctrl
+        self.agent = self.new_agent()
 
-    def starter(self, name: str) -> tuple[subprocess.Popen, Path]:
-        """A stand-in condor_starter (sh) whose child (sleep) is the job, in its own session."""
-        scratch = self.root / "execute" / name
-        scratch.mkdir(parents=True)
-        proc = subprocess.Popen(["sh", "-c", "sleep 60 & wait"], env=dict(os.environ, _CONDOR_SCRATCH_DIR=str(scratch)),
-                                start_new_session=True)
-        self.children.append(proc)
-        return proc, scratch
+    def claim(self, slot: str, job: str, ways: int = 4, bw: float = 10.0, **kwargs: object) -> Starter:
+        """The startd claims socket slot ``slot`` for a spread proc and starts its starter."""
+        job_uid = kwargs.pop("job_uid", None)
+        starter = self.starters.job(job_uid=job_uid)
+        self.view.ads.append(spread_ad(slot, job, starter.pid, ways, bw, **kwargs))
+        return starter
 
-    def end(self, proc: subprocess.Popen) -> None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    def end(self, starter: Starter) -> None:
+        starter.end()
+        self.view.ads = [ad for ad in self.view.ads if ad["StarterPid"] != starter.pid]
 
-    def prepare(self, job_ad: str, slot: str = "slot1_1", starter: subprocess.Popen | None = None,
-                scratch: Path | None = None) -> tuple[int, dict]:
+    def prepare(self, job_ad: str, slot: str = "slot1_1", starter: Starter | None = None) -> tuple[int, dict]:
         self.counter += 1
         machine = self.root / f"machine{self.counter}.ad"
         machine.write_text(f'Name = "{slot}@node1@node1.cosched.test"\n')
-        env = {"COSCHED_NODE_CONFIG": str(self.config), "COSCHED_STATE_DIR": str(self.state),
-               "_CONDOR_MACHINE_AD": str(machine), "_CONDOR_SCRATCH_DIR": str(scratch or self.root)}
+        env = {"COSCHED_NODE_CONFIG": str(self.config_path), "COSCHED_STATE_DIR": str(self.state),
+               "_CONDOR_MACHINE_AD": str(machine)}
+
+        def ask(state_dir: str) -> dict:
+            self.asked.append(state_dir)
+            assert starter is not None, "the hook asked the agent"
+            return self.agent.answer(starter.child, JOB_UID)
+
         out = io.StringIO()
-        code = hook.main([], stdin=io.BytesIO(job_ad.encode()), stdout=out, env=env,
-                         starter_pid=starter.pid if starter else os.getpid())
-        return code, cn.parse_classad(out.getvalue(), "hook output")
+        code = prepare_job.main([], stdin=io.BytesIO(job_ad.encode()), stdout=out, env=env, ask=ask)
+        return code, ads.parse_classad(out.getvalue(), "hook output")
 
-    def agent(self, *extra: str) -> int:
-        return agent.main(["--node-config", str(self.config), "--state-dir", str(self.state),
-                           "--probe", "sysfs", "--once", "--starter-comm", "sh",
-                           "--resctrl-root", str(self.resctrl), "--profile-dir", str(self.profiles),
-                           "--perf", "", *extra])
+    def log(self) -> str:
+        return "\n".join(self.logs)
 
-    def requests(self) -> list[str]:
-        return sorted(os.listdir(self.state / "requests"))
+    def schemata(self, group: str) -> str:
+        return (self.resctrl / f"cosched_{group}" / "schemata").read_text()
 
-    def log(self, name: str = "agent.log") -> str:
-        return (self.state / name).read_text()
+    def tasks(self, group: str) -> list[int]:
+        return [int(x) for x in (self.resctrl / f"cosched_{group}" / "tasks").read_text().split()]
 
-    def schemata(self, job: str) -> str:
-        return (self.resctrl / f"cosched_{job}" / "schemata").read_text()
-
-    def tasks(self, job: str) -> list[int]:
-        return [int(x) for x in (self.resctrl / f"cosched_{job}" / "tasks").read_text().split()]
+    def groups(self) -> list[str]:
+        return sorted(p.name for p in self.resctrl.iterdir() if p.name.startswith("cosched_"))
 
     def record(self, program: str, job: str) -> dict:
         return json.loads((self.profiles / "runs" / program / f"{job}.json").read_text())
@@ -122,70 +119,72 @@ class Node:
 
 @pytest.fixture
 def node(tmp_path: Path):
-    n = Node(tmp_path)
-    yield n
-    for proc in n.children:
-        if proc.poll() is None:
-            n.end(proc)
+    starters = Starters()
+    yield Node(tmp_path, starters)
+    starters.close()
 
 
-def job_pids(starter: subprocess.Popen) -> list[int]:
-    children = Path(f"/proc/{starter.pid}/task/{starter.pid}/children")
-    return sorted(int(x) for x in children.read_text().split())
-
-
-def environment(out: dict) -> dict:
-    return dict(hook.parse_environment_v2(cn.ad_get(out, "Environment")))
+def env_of(out: dict) -> dict:
+    return dict(environment.parse_environment_v2(ads.ad_get(out, "Environment")))
 
 
 def group(cluster: int) -> str:
-    """The resctrl group of a cluster's procs run by this test's user (the request files' owner)."""
-    return f"{cluster}-uid{os.geteuid()}"
+    """The resctrl group of a cluster's procs run by the job user."""
+    return f"{cluster}-uid{JOB_UID}"
 
 
 # --------------------------------------------------------------------------------------- the hook
 
-def test_spread_job_gets_its_thread_cap_and_a_request_for_the_agent(node: Node):
-    code, out = node.prepare(spread_job(10, cpus=6, ways=4, bw=12.5, scale=2, nodes=4,
-                                        extra='Environment = "FOO=bar"'), "slot1_3")
-    assert code == cn.EXIT_OK
-    assert environment(out) == {"FOO": "bar", "OMP_NUM_THREADS": "6"}
-    request = json.loads((node.state / "requests" / "10.0.slot1_3.json").read_text())
-    assert request == {"kind": "spread", "job": "10.0", "cluster": 10, "proc": 0, "slot": "slot1_3",
-                       "slot_id": 1, "cache_id": 0, "llc_ways": 4, "mem_bw_gbs": 12.5, "program": "lulesh",
-                       "scale": 2, "nodes": 4, "cpus": 6, "starter_pid": os.getpid(),
-                       "starter_start": cn.process_start_time(os.getpid()), "scratch_dir": str(node.root),
-                       "owner": "alice"}
-    assert "job 10.0 (program lulesh, scale 2) started on node1 slot slot1_3" in node.log("hooks.log")
+def test_spread_job_gets_its_thread_cap_and_the_agent_records_its_claim(node: Node):
+    starter = node.claim("slot1_3", "10.0", ways=4, bw=12.5, scale=2, nodes=4, cpus=6)
+    # the job ad's pin attributes are validated, but the agent keeps what the startd allocated
+    code, out = node.prepare(spread_job(10, cpus=6, ways=11, bw=12.5, scale=2, nodes=4,
+                                        extra='Environment = "FOO=bar"'), "slot1_3", starter)
+    assert code == errors.EXIT_OK and node.asked == [str(node.state)]
+    assert env_of(out) == {"FOO": "bar", "OMP_NUM_THREADS": "6"}
+    (record,) = node.agent.records.values()
+    assert record.is_spread and not record.is_device and record.starter_pid == starter.pid
+    claim = record.claim
+    assert (claim.job, claim.slot, claim.slot_id, claim.llc_ways, claim.mem_bw_gbs, claim.program, claim.scale,
+            claim.nodes, claim.cpus) == ("10.0", "slot1_3", 1, 4, 12.5, "lulesh", 2, 4, 6)
+    assert [r["claim"]["job"] for r in json.loads((node.state / "jobs.json").read_text())] == ["10.0"]
+    assert node.agent.answer(starter.child, JOB_UID) == {"status": "ok", "kind": "socket", "slot": "slot1_3",
+                                                         "llc_ways": 4, "mem_bw_gbs": 12.5}
 
 
-def test_second_socket_maps_to_its_cache_id_and_unpinned_jobs_run_ungrouped(node: Node):
-    assert node.prepare(spread_job(11, pin="slot2@node1@node1.cosched.test"), "slot2_1")[0] == 0
-    assert json.loads((node.state / "requests" / "11.0.slot2_1.json").read_text())["cache_id"] == 1
+def test_unpinned_spread_jobs_run_without_asking_and_other_jobs_get_nothing(node: Node):
     code, out = node.prepare(spread_job(12, cpus=3, ways=None, bw=None, scale=None, pin=None), "slot1_1")
-    assert code == 0 and environment(out) == {"OMP_NUM_THREADS": "3"}
-    assert node.requests() == ["11.0.slot2_1.json"]
-    assert "job 12.0 (program lulesh) on node1 slot slot1_1 has no CoSchedPinSlot" in node.log("hooks.log")
+    assert code == 0 and env_of(out) == {"OMP_NUM_THREADS": "3"}
     # a job without CoSchedProgram on a socket slot is not ours
     assert node.prepare(spread_job(13, program=None), "slot1_2") == (0, {})
+    assert node.asked == [] and node.agent.records == {}
+
+
+def test_a_pinned_spread_job_without_a_claim_goes_back_to_idle(node: Node):
+    stranger = node.starters.job()
+    code, out = node.prepare(spread_job(10), "slot1_1", stranger)
+    assert code == errors.EXIT_NO_STATE and ads.ad_get(out, "HookStatusCode") == 305
+    assert "the startd reports no claim for starter" in ads.ad_get(out, "HookStatusMessage")
 
 
 @pytest.mark.parametrize("job_ad, slot, why", [
-    (spread_job(program="../etc"), "slot1_1", "CoSchedProgram has a disallowed value"),
-    (spread_job(program=".."), "slot1_1", "CoSchedProgram has a disallowed value"),
-    (spread_job(program="a" * 65), "slot1_1", "CoSchedProgram has a disallowed value"),
-    (spread_job(program=7), "slot1_1", "CoSchedProgram is not a string"),
-    (spread_job(ways=10 ** 30), "slot1_1", "CoSchedPinLLCWays=huge is outside [0, 11]"),
-    (spread_job(ways=12), "slot1_1", "CoSchedPinLLCWays=12 is outside [0, 11]"),
-    (spread_job(ways=-1), "slot1_1", "CoSchedPinLLCWays=-1 is outside [0, 11]"),
-    (spread_job(ways="4; rm -rf /"), "slot1_1", "CoSchedPinLLCWays is not an integer"),
-    (spread_job(bw=-3.5), "slot1_1", "CoSchedPinMemBW=-3.5 is outside [0, 50]"),
-    (spread_job(bw=1e300), "slot1_1", "CoSchedPinMemBW=huge"),
-    (spread_job(bw="RequestCpus * 2"), "slot1_1", "CoSchedPinMemBW is not a number"),
-    (spread_job(scale=3), "slot1_1", "CoSchedPinScale=3 is not one of"),
-    (spread_job(scale=16), "slot1_1", "CoSchedPinScale=16 is outside"),
-    (spread_job(nodes=-1), "slot1_1", "CoSchedPinNodes=-1"),
-    (spread_job(cpus=10 ** 30), "slot1_1", "RequestCpus=huge"),
+    (spread_job(program="../etc"), "slot1_1", "CoSchedProgram = '../etc' is not a program name"),
+    (spread_job(program=".."), "slot1_1", "CoSchedProgram = '..' is not a program name"),
+    (spread_job(program="a" * 65), "slot1_1", "is not a program name"),
+    (spread_job(program=7), "slot1_1", "CoSchedProgram = 7 is not a program name"),
+    (spread_job(ways=10 ** 30), "slot1_1", "CoSchedPinLLCWays = huge is outside [0, 11]"),
+    (spread_job(ways=12), "slot1_1", "CoSchedPinLLCWays = 12 is outside [0, 11]"),
+    (spread_job(ways=-1), "slot1_1", "CoSchedPinLLCWays = -1 is outside [0, 11]"),
+    (spread_job(ways=2.5), "slot1_1", "CoSchedPinLLCWays = 2.5 is not a"),
+    (spread_job(ways="4; rm -rf /"), "slot1_1", "CoSchedPinLLCWays = '4; rm -rf /' is not a number"),
+    (spread_job(bw=-3.5), "slot1_1", "CoSchedPinMemBW = -3.5 is outside [0, 50]"),
+    (spread_job(bw=1e300), "slot1_1", "CoSchedPinMemBW = 1e+300 is outside [0, 50]"),
+    (spread_job(bw="RequestCpus * 2"), "slot1_1", "CoSchedPinMemBW"),
+    (spread_job(scale=3), "slot1_1", "CoSchedPinScale = 3 is not one of (1, 2, 4, 8)"),
+    (spread_job(scale=16), "slot1_1", "CoSchedPinScale = 16 is outside"),
+    (spread_job(scale=None), "slot1_1", "CoSchedPinScale = None is not a number"),
+    (spread_job(nodes=-1), "slot1_1", "CoSchedPinNodes = -1 is outside"),
+    (spread_job(cpus=10 ** 30), "slot1_1", "RequestCpus = huge"),
     (spread_job(pin="slot1@node2@node2.cosched.test"), "slot1_1", "CoSchedPinSlot names another node"),
     (spread_job(pin="slot1@node1@node1.evil.test"), "slot1_1", "CoSchedPinSlot names another node"),
     (spread_job(pin="slot1@node1/../x"), "slot1_1", "CoSchedPinSlot is not slotN@host"),
@@ -193,226 +192,194 @@ def test_second_socket_maps_to_its_cache_id_and_unpinned_jobs_run_ungrouped(node
     (spread_job(pin="slot3@node1@node1.cosched.test"), "slot3_1", None),   # a device slot: device rules
     (spread_job(pin=5), "slot1_1", "CoSchedPinSlot is not a string"),
 ])
-def test_hostile_spread_values_are_refused_with_a_logged_reason(node: Node, capsys, job_ad, slot, why):
+def test_hostile_spread_values_are_held_with_a_reason(node: Node, capsys, job_ad, slot, why):
     code, out = node.prepare(job_ad, slot)
-    assert node.requests() == []
+    assert node.asked == [] and node.agent.records == {}
     assert "Traceback" not in capsys.readouterr().err
     if why is None:
-        # on a device slot a job without RequestPhi* gets nothing (today's behaviour)
+        # on a device slot a job without RequestPhiMemory gets nothing
         assert (code, out) == (0, {})
         return
     # held with the reason in HoldReason (HookStatusCode 4 < 300)
-    assert code == cn.EXIT_BAD_AD and cn.ad_get(out, "HookStatusCode") == cn.EXIT_BAD_AD
-    assert why in cn.ad_get(out, "HookStatusMessage")
-    log = node.log("hooks.log")
-    assert "job 10.0: malformed ad" in log and why in log, log
+    assert code == errors.EXIT_BAD_AD and ads.ad_get(out, "HookStatusCode") == errors.EXIT_BAD_AD
+    message = ads.ad_get(out, "HookStatusMessage")
+    assert message.startswith("condor_sched: malformed job or machine ad: ") and why in message, message
 
 
 def test_more_cpus_than_the_socket_is_an_inconsistent_ad(node: Node):
     code, out = node.prepare(spread_job(cpus=9))
-    assert code == cn.EXIT_BAD_AD and "RequestCpus 9 > the 8 cores of slot1" in node.log("hooks.log")
-    assert "RequestCpus 9 > the 8 cores of slot1" in cn.ad_get(out, "HookStatusMessage")
+    assert code == errors.EXIT_BAD_AD
+    assert "RequestCpus 9 > the 8 cores of slot1" in ads.ad_get(out, "HookStatusMessage")
 
 
 def test_a_proc_with_no_ways_of_its_own_starts(node: Node):
     # MG's 3 ways over 4 procs on one socket: one proc's share is 0 (it uses its job's group)
-    code, out = node.prepare(spread_job(10, ways=0), "slot1_4")
-    assert code == cn.EXIT_OK and environment(out) == {"OMP_NUM_THREADS": "4"}
-    assert json.loads((node.state / "requests" / "10.0.slot1_4.json").read_text())["llc_ways"] == 0
+    starter = node.claim("slot1_4", "10.0", ways=0)
+    code, out = node.prepare(spread_job(10, ways=0), "slot1_4", starter)
+    assert code == errors.EXIT_OK and env_of(out) == {"OMP_NUM_THREADS": "4"}
+    assert [r.claim.llc_ways for r in node.agent.records.values()] == [0]
 
 
 def test_spread_hook_under_the_system_python(node: Node):
     machine = node.root / "m.ad"
     machine.write_text('Name = "slot1_1@node1@node1.cosched.test"\n')
-    env = {"COSCHED_NODE_CONFIG": str(node.config), "COSCHED_STATE_DIR": str(node.state),
-           "_CONDOR_MACHINE_AD": str(machine), "_CONDOR_SCRATCH_DIR": str(node.root), "PATH": "/usr/bin:/bin"}
-    run = subprocess.run([SYSTEM_PYTHON, str(HOOKS / "cosched_prepare_job.py")], input=spread_job(cpus=2).encode(),
-                         env=env, capture_output=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    assert environment(cn.parse_classad(run.stdout))["OMP_NUM_THREADS"] == "2"
-    assert node.requests() == ["10.0.slot1_1.json"]
+    env = {"COSCHED_NODE_CONFIG": str(node.config_path), "COSCHED_STATE_DIR": str(node.state),
+           "_CONDOR_MACHINE_AD": str(machine), "PATH": "/usr/bin:/bin"}
+    hook = [SYSTEM_PYTHON, "-Es", str(HOOKS / "cosched_prepare_job.py")]
+    unpinned = subprocess.run(hook, input=spread_job(cpus=2, pin=None).encode(), env=env, capture_output=True,
+                              timeout=60)
+    assert unpinned.returncode == 0 and unpinned.stderr == b"", unpinned.stderr
+    assert env_of(ads.parse_classad(unpinned.stdout))["OMP_NUM_THREADS"] == "2"
+    # a pinned one must reach the agent: none listens here
+    pinned = subprocess.run(hook, input=spread_job(cpus=2).encode(), env=env, capture_output=True, timeout=60)
+    assert pinned.returncode == errors.EXIT_NO_STATE and b"Traceback" not in pinned.stderr
+    assert ads.ad_get(ads.parse_classad(pinned.stdout), "HookStatusCode") == 305
 
 
 # --------------------------------------------------------------------------------------- the agent
 
-def test_resctrl_groups_follow_the_jobs_give_away_reclaim_and_removal(node: Node):
+def test_group_shares_sum_a_jobs_ways_per_cache_bounded_by_the_socket():
+    def share(ways: int, group: str = "10-uid2001", cache: int = 0, bw: float = 5.0) -> resctrl.ProcShare:
+        return resctrl.ProcShare(group, cache, ways, bw, 11, 50.0)
+
+    mg = [share(1), share(1), share(1), share(0)]          # MG's w = 3 ways over its 4 procs on socket 0
+    assert resctrl.group_shares(mg) == ({"10-uid2001": {0: 3}}, {"10-uid2001": {0: 40}})
+    # another group (another cluster or another uid) is sized on its own
+    assert resctrl.group_shares(mg + [share(2, "10-uid2002")])[0] == {"10-uid2001": {0: 3}, "10-uid2002": {0: 2}}
+    # 3 procs x 5 ways on an 11-way socket: the group gets the socket's 11 ways; one proc on cache 1
+    wide = [share(5), share(5), share(5), share(4, cache=1)]
+    assert resctrl.group_shares(wide)[0] == {"10-uid2001": {0: 11, 1: 4}}
+    # no proc with a way (compact-share plans none): no group, its procs run ungrouped
+    assert resctrl.group_shares([share(0), share(0)]) == ({}, {})
+    # unknown socket totals: no bound, no bandwidth percentage
+    assert resctrl.group_shares([resctrl.ProcShare("g", 0, 70, 5.0, 0, 0.0)]) == ({"g": {0: 70}}, {})
+
+
+@needs_root
+def test_resctrl_groups_follow_the_claims_give_away_reclaim_and_removal(node: Node):
     node.make_resctrl()
-    starter_a, scratch_a = node.starter("a")
-    starter_b, scratch_b = node.starter("b")
-    assert node.prepare(spread_job(10, ways=4, bw=10.0), "slot1_1", starter_a, scratch_a)[0] == 0
-    assert node.agent() == 0
+    a = node.claim("slot1_1", "10.0", ways=4, bw=10.0)
+    node.agent.tick()
     # alone on cache 0: its 4 ways plus the 7 unallocated ones; MBA 10/50 GB/s = 20 %
     assert node.schemata(group(10)) == "L3:0=7ff;1=400\nMB:0=20\n"
-    assert node.tasks(group(10)) == job_pids(starter_a)
-    assert node.agent() == 0
-    assert node.tasks(group(10)) == job_pids(starter_a)          # no task written twice
+    assert node.tasks(group(10)) == [a.child]
+    node.agent.tick()
+    assert node.tasks(group(10)) == [a.child]                      # no task written twice
 
-    assert node.prepare(spread_job(11, ways=3, bw=20.0), "slot1_2", starter_b, scratch_b)[0] == 0
-    assert node.agent() == 0
+    b = node.claim("slot1_2", "11.0", ways=3, bw=20.0)
+    node.agent.tick()
     # 4 + 3 asked, 4 spare reclaimed and shared equally: 10.0 has 6 ways, 11.0 has 5 after them
     assert node.schemata(group(10)) == "L3:0=3f;1=400\nMB:0=20\n"
     assert node.schemata(group(11)) == "L3:0=7c0;1=400\nMB:0=40\n"
-    assert node.tasks(group(11)) == job_pids(starter_b)
+    assert node.tasks(group(11)) == [b.child]
 
-    node.end(starter_a)
-    assert node.agent() == 0
+    node.end(a)
+    node.agent.tick()
     assert not (node.resctrl / f"cosched_{group(10)}").exists()
     assert node.schemata(group(11)) == "L3:0=7ff;1=400\nMB:0=40\n"     # its ways given away again
-    assert node.requests() == ["11.0.slot1_2.json"]
-    node.end(starter_b)
-    assert node.agent() == 0
+    node.end(b)
+    node.agent.tick()
     assert sorted(p.name for p in node.resctrl.iterdir()) == ["info", "schemata", "tasks"]
     assert (node.resctrl / "schemata").read_text() == "L3:0=7ff;1=7ff\nMB:0=100;1=100\n"
-    log = node.log()
-    assert f"job {group(10)}: resctrl group cosched_{group(10)} created" in log
-    assert f"job {group(10)}: resctrl group cosched_{group(10)} removed (job ended)" in log
-    # both ran, but not alone on their socket slot: records say so
+    assert f"job {group(10)}: resctrl group cosched_{group(10)} created" in node.log()
+    assert f"job {group(10)}: resctrl group cosched_{group(10)} removed (job ended)" in node.log()
+    # both ran, but not alone on their socket slot: the records say so
     assert node.record("lulesh", "10.0")["exclusive"] is False
     assert node.record("lulesh", "11.0")["exclusive"] is False
-    assert os.listdir(node.state / "spread") == []
+    assert node.agent.records == {}
 
 
-def test_a_jobs_procs_on_one_cache_share_one_group_of_the_sum_of_their_ways(node: Node):
+@needs_root
+def test_a_jobs_procs_on_one_cache_share_one_group_of_the_sum_of_their_claims_ways(node: Node):
     node.make_resctrl()
-    # MG's w = 3 ways over its 4 procs on socket 0: shares 1, 1, 1, 0 (sns.per_proc_details)
-    starters = [node.starter(f"p{i}") for i in range(4)]
-    for proc, ((starter, scratch), ways) in enumerate(zip(starters, (1, 1, 1, 0))):
-        assert node.prepare(spread_job(10, proc=proc, cpus=1, ways=ways, bw=7.25), f"slot1_{proc + 1}",
-                            starter, scratch)[0] == 0
-    other, other_scratch = node.starter("other")
-    assert node.prepare(spread_job(11, cpus=2, ways=4, bw=10.0), "slot1_5", other, other_scratch)[0] == 0
-    assert node.agent() == 0
+    # MG's w = 3 ways over its 4 procs on socket 0: the startd allocated 1, 1, 1, 0 LLCWays
+    procs = [node.claim(f"slot1_{p + 1}", f"10.{p}", ways=ways, bw=7.25, cpus=1)
+             for p, ways in enumerate((1, 1, 1, 0))]
+    node.claim("slot1_5", "11.0", ways=4, bw=10.0, cpus=2)
+    node.agent.tick()
     # asked 3 + 4 of 11 ways; the 4 spare ones shared equally (name order): 5 and 6 ways
     assert node.schemata(group(10)) == "L3:0=1f;1=400\nMB:0=60\n"       # 4 x 7.25 GB/s = 58% of 50
     assert node.schemata(group(11)) == "L3:0=7e0;1=400\nMB:0=20\n"
-    assert node.tasks(group(10)) == sorted(pid for starter, _ in starters for pid in job_pids(starter))
-    assert sorted(p.name for p in node.resctrl.iterdir() if p.name.startswith("cosched_")) == \
-        [f"cosched_{group(10)}", f"cosched_{group(11)}"]
-    node.end(starters[0][0])
-    assert node.agent() == 0
+    assert node.tasks(group(10)) == sorted(p.child for p in procs)
+    assert node.groups() == [f"cosched_{group(10)}", f"cosched_{group(11)}"]
+    node.end(procs[0])
+    node.agent.tick()
     # 2 + 4 asked, 5 spare: 3 of them to the group; 3 x 7.25 GB/s = 44% of 50, MBA step 10
     assert node.schemata(group(10)) == "L3:0=1f;1=400\nMB:0=50\n"
-    for starter, _ in starters[1:3]:
-        node.end(starter)
-    assert node.agent() == 0
+    for p in procs[1:3]:
+        node.end(p)
+    node.agent.tick()
     # the proc left has no way of its own (HTCondor accounts it none): no group, it runs
     # in the default group as an unpinned job does
-    assert not (node.resctrl / f"cosched_{group(10)}").exists()
+    assert node.groups() == [f"cosched_{group(11)}"]
     assert node.schemata(group(11)) == "L3:0=7ff;1=400\nMB:0=20\n"
-    assert starters[3][0].poll() is None
+    assert procs[3].child_alive()
 
 
-def test_group_ways_sum_distinct_procs_bounded_by_the_socket():
-    config = cn.parse_node_config(NODE)
-
-    def proc(n: int, ways: int, starter: int, uid: int = 2001, cluster: int = 10, slot_id: int = 1):
-        return (cn.SpreadRequest(cluster, n, f"slot{slot_id}_{n + 1}", slot_id, slot_id - 1, ways, 5.0, "MG", 1, 0,
-                                 1, starter, 77, "/x", "alice"), uid)
-
-    mg = [proc(0, 1, 100), proc(1, 1, 101), proc(2, 1, 102), proc(3, 0, 103)]
-    assert agent.group_shares(config, mg) == ({"10-uid2001": {0: 3}}, {"10-uid2001": {0: 40}})
-    # a second request of one proc (same starter) adds nothing; another uid is another group
-    forged = [proc(1, 5, 101), proc(4, 2, 104, uid=2002)]
-    assert agent.group_shares(config, mg + forged)[0] == {"10-uid2001": {0: 7}, "10-uid2002": {0: 2}}
-    # 3 procs x 5 ways on an 11-way socket: the group is the socket's 11 ways; one proc per socket
-    wide = [proc(0, 5, 100), proc(1, 5, 101), proc(2, 5, 102), proc(3, 4, 103, slot_id=2)]
-    assert agent.group_shares(config, wide)[0] == {"10-uid2001": {0: 11, 1: 4}}
-    # no proc with a way (compact-share plans none): no group, its procs run ungrouped
-    assert agent.group_shares(config, [proc(0, 0, 100), proc(1, 0, 101)]) == ({}, {})
-
-
-def test_jobs_on_two_sockets_get_masks_on_their_own_cache_ids(node: Node):
+@needs_root
+def test_jobs_on_two_sockets_get_masks_on_their_own_cache_ids_and_run_exclusive(node: Node):
     node.make_resctrl()
-    starter_a, scratch_a = node.starter("a")
-    starter_b, scratch_b = node.starter("b")
-    assert node.prepare(spread_job(10, ways=2), "slot1_1", starter_a, scratch_a)[0] == 0
-    assert node.prepare(spread_job(11, ways=5, pin="slot2@node1@node1.cosched.test"), "slot2_1",
-                        starter_b, scratch_b)[0] == 0
-    assert node.agent() == 0
+    a = node.claim("slot1_1", "10.0", ways=2)
+    b = node.claim("slot2_1", "11.0", ways=5)
+    node.agent.tick()
     assert node.schemata(group(10)) == "L3:0=7ff;1=400\nMB:0=20\n"
     assert node.schemata(group(11)) == "L3:0=400;1=7ff\nMB:1=20\n"
-    node.end(starter_a)
-    node.end(starter_b)
-    assert node.agent() == 0
-    # different socket slots: each ran exclusive on its own
+    node.end(a)
+    node.end(b)
+    node.agent.tick()
+    # different socket slots: each ran alone on its own
     assert node.record("lulesh", "10.0")["exclusive"] is True
     assert node.record("lulesh", "11.0")["exclusive"] is True
+    assert node.groups() == []
 
 
+@needs_root
 def test_closids_exhausted_leaves_the_newcomer_ungrouped_with_a_logged_reason(node: Node):
     node.make_resctrl(closids=2)           # the default group + one
-    starter_a, scratch_a = node.starter("a")
-    starter_b, scratch_b = node.starter("b")
-    assert node.prepare(spread_job(10), "slot1_1", starter_a, scratch_a)[0] == 0
-    assert node.prepare(spread_job(11), "slot1_2", starter_b, scratch_b)[0] == 0
-    agent_once = node.agent
-    assert agent_once() == 0
-    assert (node.resctrl / f"cosched_{group(10)}").is_dir() and not (node.resctrl / f"cosched_{group(11)}").exists()
+    a = node.claim("slot1_1", "10.0")
+    b = node.claim("slot1_2", "11.0")
+    node.agent.tick()
+    assert node.groups() == [f"cosched_{group(10)}"]
     assert f"job {group(11)} runs ungrouped: no CLOSID left" in node.log()
-    node.end(starter_a)
-    assert agent_once() == 0               # a CLOSID is free again: the waiting job gets it
-    assert (node.resctrl / f"cosched_{group(11)}").is_dir() and not (node.resctrl / f"cosched_{group(10)}").exists()
-    assert node.tasks(group(11)) == job_pids(starter_b)
+    node.end(a)
+    node.agent.tick()                      # a CLOSID is free again: the waiting job gets it
+    assert node.groups() == [f"cosched_{group(11)}"]
+    assert node.tasks(group(11)) == [b.child]
 
 
+@needs_root
 def test_absent_resctrl_is_logged_and_jobs_still_run_and_get_records(node: Node):
-    starter_a, scratch_a = node.starter("a")
-    assert node.prepare(spread_job(10, program="hpcg", scale=4, nodes=2), "slot1_1", starter_a, scratch_a)[0] == 0
-    assert node.agent() == 0
-    assert "resctrl absent at" in node.log()
-    assert starter_a.poll() is None and node.requests() == ["10.0.slot1_1.json"]
-    node.end(starter_a)
-    assert node.agent() == 0
+    a = node.claim("slot1_1", "10.0", program="hpcg", scale=4, nodes=2)
+    node.agent.tick()
+    assert "resctrl absent at" in node.log() and not node.resctrl.exists()
+    assert a.child_alive()
+    node.end(a)
+    node.agent.tick()
     record = node.record("hpcg", "10.0")
     assert record["scale_factor"] == 4 and record["nodes"] == 2 and record["exclusive"] is True
+    assert record["alloc_llc_ways"] == 4 and record["alloc_mem_bw_gbs"] == 10.0 and record["slot"] == "slot1_1"
 
 
-@pytest.mark.parametrize("change, why", [
-    ({"llc_ways": 10 ** 30}, "bad 'llc_ways'"),
-    ({"llc_ways": 11, "slot": "slot1_1"}, None),                     # fits: kept
-    ({"program": "../../etc"}, "bad 'program'"),
-    ({"program": ".."}, "bad 'program'"),
-    ({"mem_bw_gbs": -1.0}, "bad 'mem_bw_gbs'"),
-    ({"mem_bw_gbs": float("nan")}, "bad 'mem_bw_gbs'"),
-    ({"mem_bw_gbs": 51.0}, "51 GB/s exceed the 50 GB/s of slot1"),
-    ({"cache_id": 1}, "cache id 1 is not that of slot1 (0)"),
-    ({"slot_id": 3, "slot": "slot3_1"}, "slot3 is not a socket slot"),
-    ({"slot_id": 2}, "'slot' is not a dynamic slot of 'slot_id'"),
-    ({"scale": 3}, "bad 'scale'"),
-    ({"cpus": 9}, "9 cpus exceed the 8 cores of slot1"),
-    ({"kind": "bogus"}, "bad 'kind'"),
-])
-def test_agent_refuses_hostile_spread_requests(node: Node, capsys, change, why):
+def test_a_claim_whose_starter_runs_no_job_process_gets_no_group_and_no_exclusive_record(node: Node):
     node.make_resctrl()
-    starter_a, scratch_a = node.starter("a")
-    request = {"kind": "spread", "job": "10.0", "cluster": 10, "proc": 0, "slot": "slot1_1", "slot_id": 1,
-               "cache_id": 0, "llc_ways": 4, "mem_bw_gbs": 10.0, "program": "lulesh", "scale": 1,
-               "nodes": 0, "cpus": 4, "starter_pid": starter_a.pid,
-               "starter_start": cn.process_start_time(starter_a.pid), "scratch_dir": str(scratch_a),
-               "owner": "alice"}
-    request.update(change)
-    name = f"10.0.{request['slot']}.json"
-    (node.state / "requests" / name).write_text(json.dumps(request))
-    assert node.agent() == 0
-    assert "Traceback" not in capsys.readouterr().err
-    if why is None:
-        assert node.requests() == [name] and (node.resctrl / f"cosched_{group(10)}").is_dir()
-        return
-    assert node.requests() == [] and not (node.resctrl / f"cosched_{group(10)}").exists()
-    assert f"request file '{name}' removed: {why}" in node.log()
-    assert not (node.profiles / "runs").exists() or not any((node.profiles / "runs").iterdir())
-
-
-def test_a_forged_request_without_job_processes_claims_no_ways(node: Node):
-    node.make_resctrl()
-    starter_a, _ = node.starter("a")
-    # names a real starter, but a scratch dir no process of it has
-    assert node.prepare(spread_job(10, ways=11), "slot1_1", starter_a, node.root / "elsewhere")[0] == 0
-    assert node.agent() == 0
-    assert not (node.resctrl / f"cosched_{group(10)}").exists()
-    node.end(starter_a)
-    assert node.agent() == 0
+    # the starter's only child runs as the starter's own uid: no job process to group or measure
+    a = node.claim("slot1_1", "10.0", ways=11, job_uid=os.getuid())
+    node.agent.tick()
+    assert node.groups() == []
+    node.end(a)
+    node.agent.tick()
     assert node.record("lulesh", "10.0")["exclusive"] is False
+
+
+def test_an_unpinned_claim_or_one_without_a_program_writes_no_run_record(node: Node):
+    plain = node.claim("slot1_1", "10.0", pin=None)
+    nameless = node.claim("slot1_2", "11.0", program="../x")
+    node.agent.tick()
+    assert not any(r.is_spread for r in node.agent.records.values())
+    node.end(plain)
+    node.end(nameless)
+    node.agent.tick()
+    assert not (node.profiles / "runs").exists()
 
 
 FAKE_PERF = """#!{python}
@@ -429,40 +396,51 @@ else:
 """
 
 
+@needs_root
 def test_exclusive_run_is_recorded_with_perf_ipc_and_bandwidth(node: Node):
     node.make_resctrl()
-    perf = node.root / "perf"
-    perf.write_text(FAKE_PERF.format(python=SYSTEM_PYTHON))
-    perf.chmod(0o755)
-    starter_a, scratch_a = node.starter("a")
-    assert node.prepare(spread_job(10, program="lulesh", cpus=8, ways=5, bw=12.5, scale=1, nodes=3),
-                        "slot1_1", starter_a, scratch_a)[0] == 0
-    opts = ("--perf", str(perf), "--perf-sample", "0.1")
-    assert node.agent(*opts) == 0
-    assert node.agent(*opts) == 0
-    node.end(starter_a)
-    assert node.agent(*opts) == 0
+    fake = node.root / "perf"
+    fake.write_text(FAKE_PERF.format(python=SYSTEM_PYTHON))
+    fake.chmod(0o755)
+    node.agent = node.new_agent(perf=perf.PerfSampler(str(fake), 0.1, node.logs.append))
+    a = node.claim("slot1_1", "10.0", ways=5, bw=12.5, scale=1, nodes=3, cpus=8)
+    node.agent.tick()
+    node.agent.tick()
+    node.end(a)
+    node.agent.tick()
     record = node.record("lulesh", "10.0")
-    start = agent.starter_wall_start(cn.SpreadRequest(10, 0, "slot1_1", 1, 0, 5, 12.5, "lulesh", 1, 3, 8,
-                                                      2, cn.process_start_time(os.getpid()) or 0, "/x", "a"))
     assert record["exclusive"] is True and record["scale_factor"] == 1 and record["nodes"] == 3
     assert record["program"] == "lulesh" and record["job"] == "10.0" and record["node"] == "node1"
     assert record["cpus"] == 8 and record["alloc_llc_ways"] == 5 and record["alloc_mem_bw_gbs"] == 12.5
-    assert 0 < record["runtime_s"] < 120 and record["end"] >= record["start"] > start - 600
+    assert record["cache_id"] == 0 and record["slot"] == "slot1_1"
+    assert 0 <= record["runtime_s"] < 120 and record["end"] >= record["start"]
     assert record["ipc"] == 1.5 and record["perf_samples"] == 2
     assert record["bandwidth_gbs"] == pytest.approx(768 * 1048576 / 0.1 / 1e9, rel=1e-3)
-    assert pr.validate_record(record)["exclusive"] is True
-    assert pr.load_records(str(node.profiles), "lulesh")[0]["runtime_s"] == record["runtime_s"]
-    assert pr.next_scale_to_try(pr.load_records(str(node.profiles), "lulesh")) == 2
-    assert "run record" in node.log()
+    assert runs.validate_record(record)["exclusive"] is True
+    assert runs.load_records(str(node.profiles), "lulesh")[0]["runtime_s"] == record["runtime_s"]
+    assert runs.next_scale_to_try(runs.load_records(str(node.profiles), "lulesh")) == 2
+    assert "job 10.0: run record" in node.log()
 
 
 def test_perf_csv_parsing():
     text = ("1000,,cpu_core/instructions/,1,100.00,,\n500,,cpu_core/cycles/,1,100.00,,\n"
             "200,,cpu_atom/instructions/,1,100.00,,\n100,,cpu_atom/cycles/,1,100.00,,\n"
             "<not counted>,,ref-cycles,0,0,,\n7,,stalled-cycles-frontend,1,100,,\n")
-    assert agent.parse_perf_csv(text) == {"instructions": 1200.0, "cycles": 600.0}
-    assert agent.parse_perf_csv("garbage\n,,,\nnan,,instructions\n") == {}
+    assert perf.parse_perf_csv(text) == {"instructions": 1200.0, "cycles": 600.0}
+    assert perf.parse_perf_csv("garbage\n,,,\nnan,,instructions\n-5,,cycles,,\n") == {}
+
+
+def test_run_records_refuse_hostile_names_and_damaged_files(tmp_path: Path):
+    good = {"version": 1, "program": "lulesh", "job": "1.0", "scale_factor": 2, "runtime_s": 5.0, "exclusive": True}
+    runs.write_run_record(str(tmp_path), good)
+    for bad in ({**good, "program": "../x"}, {**good, "job": "1.0/../../x"}):
+        with pytest.raises(ValueError):
+            runs.write_run_record(str(tmp_path), bad)
+    (tmp_path / "runs" / "lulesh" / "2.0.json").write_bytes(b"\xff{")
+    (tmp_path / "runs" / "lulesh" / "3.0.json").write_text(json.dumps({**good, "scale_factor": 3}))
+    assert [r["scale_factor"] for r in runs.load_records(str(tmp_path), "lulesh")] == [2]
+    with pytest.raises(ValueError):
+        runs.load_records(str(tmp_path), "..")
 
 
 # --------------------------------------------------------------------------------------- next scale
@@ -472,17 +450,17 @@ def run(scale: int, runtime: float, exclusive: bool = True, program: str = "lule
 
 
 def test_next_scale_walks_up_while_spreading_pays():
-    assert pr.next_scale_to_try([]) == 1
-    assert pr.next_scale_to_try([run(1, 100.0)]) == 2
-    assert pr.next_scale_to_try([run(1, 100.0), run(2, 80.0)]) == 4
+    assert runs.next_scale_to_try([]) == 1
+    assert runs.next_scale_to_try([run(1, 100.0)]) == 2
+    assert runs.next_scale_to_try([run(1, 100.0), run(2, 80.0)]) == 4
     # 4 was not faster than 2 by more than 5 %: spreading stopped paying
-    assert pr.next_scale_to_try([run(1, 100.0), run(2, 80.0), run(4, 77.0)]) is None
-    assert pr.best_scale([run(1, 100.0), run(2, 80.0), run(4, 77.0)]) == 4
-    assert pr.next_scale_to_try([run(1, 100.0), run(2, 80.0), run(4, 70.0)]) == 8
-    assert pr.next_scale_to_try([run(1, 100.0), run(2, 80.0), run(4, 70.0), run(8, 50.0)]) is None
+    assert runs.next_scale_to_try([run(1, 100.0), run(2, 80.0), run(4, 77.0)]) is None
+    assert runs.best_scale([run(1, 100.0), run(2, 80.0), run(4, 77.0)]) == 4
+    assert runs.next_scale_to_try([run(1, 100.0), run(2, 80.0), run(4, 70.0)]) == 8
+    assert runs.next_scale_to_try([run(1, 100.0), run(2, 80.0), run(4, 70.0), run(8, 50.0)]) is None
     # 2 slower than 1: stop at once; best stays 1
-    assert pr.next_scale_to_try([run(1, 100.0), run(2, 120.0)]) is None
-    assert pr.best_scale([run(1, 100.0), run(2, 120.0)]) == 1
+    assert runs.next_scale_to_try([run(1, 100.0), run(2, 120.0)]) is None
+    assert runs.best_scale([run(1, 100.0), run(2, 120.0)]) == 1
 
 
 def test_next_scale_uses_only_valid_exclusive_records_of_the_program():
@@ -491,8 +469,8 @@ def test_next_scale_uses_only_valid_exclusive_records_of_the_program():
                {"program": "lulesh", "scale_factor": 2, "runtime_s": -1.0, "exclusive": True},
                {"program": "../x", "scale_factor": 2, "runtime_s": 10.0, "exclusive": True},
                "junk", None]
-    assert pr.next_scale_to_try(records, program="lulesh") == 2
+    assert runs.next_scale_to_try(records, program="lulesh") == 2
     # the median of repeated runs decides: 2 -> (70, 90, 200) median 90 is faster than 100 by 10 %
     more = [run(1, 100.0), run(2, 70.0), run(2, 90.0), run(2, 200.0)]
-    assert pr.next_scale_to_try(more) == 4
-    assert pr.next_scale_to_try(more + [run(2, 99.0), run(2, 98.0)]) is None   # median 98: < 5 %
+    assert runs.next_scale_to_try(more) == 4
+    assert runs.next_scale_to_try(more + [run(2, 99.0), run(2, 98.0)]) is None   # median 98: < 5 %

@@ -239,8 +239,8 @@ def test_rank_breaks_ties_among_slots_with_room_and_never_overfills_one():
     assert {p.job for p in d.pins} == {j.key for j in jobs}
 
 
-@pytest.mark.parametrize("value, problem", [(-5, "must be an integer in [0, 1000000000000], got -5"),
-                                            ("abc", "must be an integer in [0, 1000000000000], got 'abc'")])
+@pytest.mark.parametrize("value, problem", [(-5, "RequestPhiMemory = -5 is outside [1, 1000000000000]"),
+                                            ("abc", "RequestPhiMemory = 'abc' is not a number")])
 def test_an_invalid_device_request_is_held_not_left_waiting(value, problem):
     ad = classad2.ClassAd({"ClusterId": 4, "ProcId": 0, "JobStatus": 1, "RequestCpus": 1, "RequestMemory": 64,
                            "RequestPhiMemory": value, "RequestPhiThreads": 60})

@@ -1,12 +1,8 @@
-"""node_hooks/cosched_resctrl.py on a directory laid out as resctrl is."""
-import sys
+"""cosched_node.resctrl (the node agent's resctrl manager) on a directory laid out as resctrl is."""
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "node_hooks"))
-
-import cosched_resctrl as rc  # noqa: E402
+from cosched_node import resctrl as rc
 
 
 @pytest.fixture
@@ -135,15 +131,28 @@ def test_no_mba_writes_only_l3(root: Path):
     assert (root / "cosched_1.0" / "schemata").read_text() == "L3:0=fffff;1=fffff\n"
 
 
-def test_cli_state_file_keeps_requests_across_runs(root: Path, tmp_path: Path):
+def test_a_state_file_keeps_requests_across_managers(root: Path, tmp_path: Path):
     state = str(tmp_path / "state.json")
-    assert rc.main(["--root", str(root), "--state", state, "add", "1.0", "--ways", "0=4", "--pids", "100"]) == 0
-    assert rc.main(["--root", str(root), "--state", state, "add", "2.0", "--ways", "0=6"]) == 0
+    first = rc.ResctrlManager(str(root), log=lambda m: None, state_file=state)
+    assert first.add_job("1.0", {0: 4}, [100]) and first.add_job("2.0", {0: 6})
     assert (root / "cosched_1.0" / "schemata").read_text().startswith("L3:0=1ff;")
-    assert rc.main(["--root", str(root), "--state", state, "add", "../x", "--ways", "0=4"]) == 2
-    assert rc.main(["--root", str(root), "--state", state, "add", "3.0", "--ways", "0=99999999"]) == 2
-    assert rc.main(["--root", str(root), "--state", state, "remove", "1.0"]) == 0
+    with pytest.raises(rc.ResctrlError):
+        first.add_job("../x", {0: 4})
+    with pytest.raises(rc.ResctrlError):
+        first.add_job("3.0", {0: 99999999})
+    again = rc.ResctrlManager(str(root), log=lambda m: None, state_file=state)   # a restart
+    assert again.requests == {"1.0": {0: 4}, "2.0": {0: 6}}
+    again.remove_job("1.0")
     assert (root / "cosched_2.0" / "schemata").read_text().startswith("L3:0=fffff;")
+
+
+def test_a_damaged_state_file_starts_empty_with_a_logged_reason(root: Path, tmp_path: Path):
+    state = tmp_path / "state.json"
+    state.write_text('{"requests": {"1.0": {"0": "lots"}}}')
+    (root / "cosched_1.0").mkdir()
+    logs: list[str] = []
+    mgr = rc.ResctrlManager(str(root), log=logs.append, state_file=str(state))
+    assert mgr.requests == {} and any("unusable" in m for m in logs)
 
 
 def test_sync_is_stateless_and_refuses_bad_values_without_raising(root: Path):

@@ -16,7 +16,7 @@ SOCKET_SLOT = "slot1@node1@node1.cosched.test"
 
 def start_expression() -> classad2.ExprTree:
     """START with every $(MACRO) of the snippet expanded in order (the pool's own START: true)."""
-    macros = {"START": "true", "STARTD_ATTRS": ""}
+    macros = {"START": "true", "STARTD_ATTRS": "", "STARTD_JOB_ATTRS": ""}
     for line in SNIPPET.read_text().splitlines():
         match = re.match(r"^([A-Za-z_][A-Za-z0-9_.]*)\s*=\s*(.*)$", line)
         if match:

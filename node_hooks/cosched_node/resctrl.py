@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """resctrl manager: SNS's LLC way and memory bandwidth allocation on one node (Section 4.4
 of paper 000), for the ROOT node agent. Stdlib only, Python 3.9+.
 
@@ -16,34 +15,27 @@ reason is logged (``add_job`` returns False).
 
 The node agent calls :meth:`ResctrlManager.sync` every interval with the live jobs: it is
 stateless (the groups on disk and the jobs given are the whole truth), so an agent restart
-or a job ending between intervals needs nothing special.
-
-CLI (the agent may also import the module)::
-
-    cosched_resctrl.py [--root /sys/fs/resctrl] [--state FILE] add JOB --ways 0=4,1=4 \
-        --pids 123,456 [--mb 0=30]
-    cosched_resctrl.py [--root ...] [--state FILE] remove JOB
-    cosched_resctrl.py [--root ...] [--state FILE] show
-
-Exit codes: 0 done (grouped, or ungrouped with a logged reason); 2 bad arguments or values.
+or a job ending between intervals needs nothing special. :func:`group_shares` sizes each
+job's group from the ways and bandwidth HTCondor allocated to its procs' dynamic slots.
 """
 
 from __future__ import annotations
 
-import argparse
 import errno
 import json
 import os
 import re
+import math
 import sys
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from cosched_node.procs import PID_MAX
+from cosched_node.rules import CACHE_ID_MAX, CBM_WIDTH_MAX
 
 JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@#-]{0,95}$")
 GROUP_PREFIX = "cosched_"
 RESERVED = {"info", "mon_groups", "mon_data"}
-PID_MAX = 4194304  # PID_MAX_LIMIT on 64-bit Linux
-CACHE_ID_MAX = 4095
-CBM_WIDTH_MAX = 64
 
 Log = Callable[[str], None]
 
@@ -435,57 +427,45 @@ class ResctrlManager:
         return self._read(os.path.join(GROUP_PREFIX + check_job_name(job), "schemata"))
 
 
-# ---------------------------------------------------------------------------------------
-# CLI
+@dataclass(frozen=True)
+class ProcShare:
+    """One spread proc on this node: its job's group, its cache, and what its dynamic slot
+    was allocated (``LLCWays``, ``MemBW``) and the socket's totals (0: unknown)."""
+    group: str
+    cache_id: int
+    llc_ways: int
+    mem_bw_gbs: float
+    socket_ways: int
+    socket_bw_gbs: float
 
 
-def _pairs(text: str) -> Dict[int, int]:
-    out = {}
-    for part in filter(None, text.split(",")):
-        key, sep, value = part.partition("=")
-        if not sep or not key.isdigit() or not value.isdigit() or len(key) > 5 or len(value) > 7:
-            raise ResctrlError("expected ID=N[,ID=N...], got %r" % text)
-        out[int(key)] = int(value)
-    return out
+def mb_percent(mem_bw_gbs: float, socket_bw_gbs: float) -> Optional[int]:
+    """A bandwidth share as a percentage of its socket's peak (MBA ``MB:`` line)."""
+    if not socket_bw_gbs or mem_bw_gbs <= 0:
+        return None
+    return max(1, min(100, math.ceil(100.0 * mem_bw_gbs / socket_bw_gbs)))
 
 
-def _ints(text: str) -> List[int]:
-    out = []
-    for part in filter(None, text.split(",")):
-        if not part.isdigit() or len(part) > 7:
-            raise ResctrlError("expected a comma-separated list of pids, got %r" % text)
-        out.append(int(part))
-    return out
+def group_shares(procs: Sequence[ProcShare]) -> Tuple[Dict[str, Dict[int, int]], Dict[str, Dict[int, int]]]:
+    """(ways, MBA percent) per group and cache id.
 
-
-def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description="SNS resctrl groups for co-scheduled jobs")
-    ap.add_argument("--root", default="/sys/fs/resctrl")
-    ap.add_argument("--state", default=None, help="JSON file keeping the requests across runs")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    add = sub.add_parser("add")
-    add.add_argument("job")
-    add.add_argument("--ways", required=True, help="cache id=ways, e.g. 0=4,1=4")
-    add.add_argument("--pids", default="")
-    add.add_argument("--mb", default="", help="cache id=percent of the socket's bandwidth")
-    rm = sub.add_parser("remove")
-    rm.add_argument("job")
-    sub.add_parser("show")
-    args = ap.parse_args(argv)
-    try:
-        mgr = ResctrlManager(args.root, state_file=args.state)
-        if args.cmd == "add":
-            mgr.add_job(args.job, _pairs(args.ways), _ints(args.pids), _pairs(args.mb))
-        elif args.cmd == "remove":
-            mgr.remove_job(args.job)
-        elif mgr.available:
-            for job in mgr.our_groups():
-                print("%s %s" % (job, mgr.schemata(job).strip().replace("\n", " ")))
-    except ResctrlError as e:
-        _stderr(str(e))
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    A job's procs on one cache share its group there, so the group's ways are the SUM of
+    their shares (Spread-n-Share splits the job's w ways over its procs on a socket, some
+    possibly 0, and HTCondor accounts each share as the proc's LLCWays), bounded by the
+    socket's ways; its bandwidth likewise. A group with 0 ways on a cache has no mask
+    there; one with 0 ways everywhere is left out (its procs run ungrouped)."""
+    sums: Dict[Tuple[str, int], List[float]] = {}
+    for proc in procs:
+        entry = sums.setdefault((proc.group, proc.cache_id), [0, 0.0, proc.socket_ways, proc.socket_bw_gbs])
+        entry[0] += proc.llc_ways
+        entry[1] += proc.mem_bw_gbs
+    ways_of: Dict[str, Dict[int, int]] = {}
+    percent_of: Dict[str, Dict[int, int]] = {}
+    for (group, cache_id), (ways, bw, socket_ways, socket_bw) in sums.items():
+        ways = min(int(ways), int(socket_ways)) if socket_ways else int(ways)
+        if ways > 0:
+            ways_of.setdefault(group, {})[cache_id] = ways
+            percent = mb_percent(bw, socket_bw)
+            if percent:
+                percent_of.setdefault(group, {})[cache_id] = percent
+    return ways_of, percent_of

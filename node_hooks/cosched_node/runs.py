@@ -24,15 +24,21 @@ import json
 import math
 import os
 import re
+import stat
 import statistics
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence
+
+from cosched_node.errors import StateError
+from cosched_node.rules import JOB_ID_RE as JOB_RE
+from cosched_node.rules import PROGRAM_RE, SCALE_FACTORS
+from cosched_node.state import write_json_atomic
+
+if TYPE_CHECKING:
+    from cosched_node.jobs import Running
 
 RECORD_VERSION = 1
-SCALE_FACTORS = (1, 2, 4, 8)
 #: Spreading "pays" while each scale is faster than the previous one by more than this.
 MIN_GAIN = 0.05
-PROGRAM_RE = re.compile(r"^(?!\.)[A-Za-z0-9_.+-]{1,64}$")
-JOB_RE = re.compile(r"^\d{1,12}\.\d{1,9}$")
 MAX_RECORD_BYTES = 65536
 MAX_RECORDS = 10000
 
@@ -165,3 +171,51 @@ def load_records(profile_dir: str, program: str) -> List[Dict[str, Any]]:
         if record is not None and record["program"] == program:
             out.append(record)
     return out
+
+
+def safe_subdir(parent: str, name: str) -> str:
+    """``parent/name``, created 0755 if missing; refused if a symlink or not ours."""
+    path = os.path.join(parent, name)
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid not in (os.geteuid(), 0) or info.st_mode & 0o022:
+        raise StateError(0, f"{path} is not a directory of ours (or is group/other-writable)")
+    return path
+
+
+def run_record(node: str, job: Running, cache_id: int, now: float, start: Optional[float],
+               watch_slack_s: float) -> Dict[str, object]:
+    """The piggyback profile record of an ended spread job (format: this module's docstring)."""
+    claim = job.claim
+    start = job.first_seen if start is None else start
+    # exclusive only when watched from (nearly) its start: a co-runner that came and went
+    # before the agent first saw this job would otherwise go unnoticed
+    watched_from_start = job.first_seen - start <= watch_slack_s
+    record: Dict[str, object] = {
+        "version": RECORD_VERSION, "program": claim.program, "job": claim.job,
+        "node": node, "slot": claim.slot, "cache_id": cache_id,
+        "scale_factor": claim.scale or 1, "nodes": claim.nodes or None, "cpus": max(1, claim.cpus),
+        "alloc_llc_ways": claim.llc_ways, "alloc_mem_bw_gbs": claim.mem_bw_gbs,
+        "start": round(start, 3), "end": round(now, 3), "runtime_s": round(max(0.0, now - start), 3),
+        "runtime_error_s": round(max(0.0, now - (job.last_seen or now)), 3),
+        "exclusive": job.verified and not job.shared and watched_from_start}
+    if job.perf.get("cycles", 0) > 0:
+        record["ipc"] = round(job.perf.get("instructions", 0.0) / job.perf["cycles"], 4)
+    if job.perf.get("imc_seconds", 0) > 0:
+        record["bandwidth_gbs"] = round(job.perf.get("imc_bytes", 0.0) / job.perf["imc_seconds"] / 1e9, 4)
+    if job.samples:
+        record["perf_samples"] = int(job.samples)
+    return record
+
+
+def write_run_record(profile_dir: str, record: Dict[str, object]) -> str:
+    program = str(record["program"])
+    if not PROGRAM_RE.match(program) or not JOB_RE.match(str(record["job"])):
+        raise ValueError("program or job name refused")
+    directory = safe_subdir(safe_subdir(profile_dir, "runs"), program)
+    name = f"{record['job']}.json"
+    write_json_atomic(directory, name, record, 0o644)
+    return os.path.join(directory, name)

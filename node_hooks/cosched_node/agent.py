@@ -1,0 +1,454 @@
+"""Node agent: COSMIC's enforcement on one execute node (Section IV-D2 of paper 002), and
+Spread-n-Share's cache and bandwidth groups (Section 4.4 of paper 000).
+
+Runs as ROOT under the execute node's condor_master (SIGTERM stops it). It trusts only what
+no job can write: the startd's claims (``slots``: each dynamic slot's allocated device
+memory, compute, LLC ways and bandwidth, its job id and starter pid), /proc, and its own
+root-only state dir (``state``). It
+
+- answers the PREPARE_JOB hook on DIR/agent.sock (``channel``): the caller's parent must be
+  the starter of a claim; a device job is placed on compute units its live co-runners do
+  not hold, or refused when their allocations plus its own exceed the device;
+- every interval, stops a device job whose measured memory exceeds its allocation
+  (``memory_watch``), keeps one resctrl group per spread job (``resctrl``), writes a run
+  record when a spread job ends (``runs``), and publishes DIR/devices/<dev>.json and a
+  heartbeat for the startd cron.
+
+Exit codes: 0 stopped by SIGTERM/SIGINT or --once done; 2 bad arguments or node config;
+5 state dir unsafe, or another agent holds its lock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import signal
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from cosched_node import channel, jobs, memory_watch, placement, procs, resctrl, rules, runs, state
+from cosched_node.config import NodeConfig, load_node_config, plain_absolute_path, state_dir_for
+from cosched_node.errors import (EXIT_BAD_AD, EXIT_BAD_CONFIG, EXIT_NO_STATE, EXIT_OK, EXIT_OVERSUBSCRIBED, ConfigError,
+                                 StateError)
+from cosched_node.jobs import Running
+from cosched_node.perf import PerfSampler, make_perf
+from cosched_node.slots import Claim, SlotView
+
+PROGRAM = "cosched_node_agent"
+STARTER_COMM = "condor_starter"
+Log = Callable[[str], None]
+
+
+class Refused(Exception):
+    """A start the agent refuses; ``code`` is the hook's exit code (3: full, 5: retry)."""
+
+    def __init__(self, code: int, message: str, job: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.job = job
+
+
+def device_problem(config: NodeConfig, claim: Claim) -> Optional[str]:
+    """Why a device claim's allocation breaks the request rules the planner applies too
+    (``rules.device_request``), or None."""
+    slot = config.slot(claim.slot_id)
+    kind = slot.device_kind if slot is not None else None
+    try:
+        if kind is not None and rules.device_request("Request" + kind.memory_attr, claim.device_memory_mb,
+                                                     "Request" + kind.compute_attr, claim.compute) is None:
+            return f"Request{kind.memory_attr} is 0: not a device job, but it runs on device {claim.device}"
+    except rules.RuleError as exc:
+        return f"attribute {exc}"
+    return None
+
+
+class Agent:
+    """The agent's state between intervals: its job records and its mechanisms."""
+
+    def __init__(self, config: NodeConfig, state_dir: str, view: SlotView, probe, log: Log,
+                 manager: Optional[resctrl.ResctrlManager] = None, profile_dir: Optional[str] = None,
+                 perf: Optional[PerfSampler] = None, kill_grace_s: float = 5.0, interval_s: float = 10.0,
+                 proc_root: str = "/proc", starter_uid: int = 0) -> None:
+        self.config, self.state_dir, self.view, self.probe, self.log = config, state_dir, view, probe, log
+        self.manager, self.profile_dir, self.perf = manager, profile_dir, perf
+        self.kill_grace_s, self.interval_s, self.proc_root = kill_grace_s, interval_s, proc_root
+        self.starter_uid = starter_uid   # a starter runs with real uid root; tests run their own
+        self.records, problems = jobs.load(state_dir)
+        for problem in problems:
+            log(problem)
+        self._view_error: Optional[str] = None
+
+    # -- the startd's claims, matched to live starters
+
+    def claims(self) -> Optional[List[Claim]]:
+        """The startd's running claims; None (logged once per cause) when it does not answer."""
+        try:
+            claims, problems = self.view.read()
+        except StateError as exc:
+            if self._view_error != str(exc):
+                self.log(f"slot view unavailable: {exc.strerror or exc}; enforcing the last known claims")
+            self._view_error = str(exc)
+            return None
+        self._view_error = None
+        for problem in problems:
+            self.log(f"slot ad ignored: {problem}")
+        return claims
+
+    def _starter(self, pid: int, table: Dict[int, procs.Proc]) -> Optional[procs.Proc]:
+        """The process ``pid`` when it is a condor_starter run by root (no job can make one)."""
+        starter = table.get(pid)
+        ok = starter is not None and starter.comm == STARTER_COMM and starter.uid == self.starter_uid
+        return starter if ok else None
+
+    def reconcile(self, claims: Optional[List[Claim]], table: Dict[int, procs.Proc], now: float) -> None:
+        """Add a record for every new claim with a live starter; end those whose starter died."""
+        for claim in claims or []:
+            starter = self._starter(claim.starter_pid, table)
+            if starter is not None and f"{starter.pid}:{starter.start}" not in self.records:
+                record = Running(starter.pid, starter.start, claim, now, last_seen=now)
+                self.records[record.key] = record
+        for key, record in list(self.records.items()):
+            starter = table.get(record.starter_pid)
+            if starter is None or starter.start != record.starter_start:
+                del self.records[key]
+                self.ended(record, now)
+
+    def ended(self, record: Running, now: float) -> None:
+        claim = record.claim
+        where = f"{claim.device or claim.slot}"
+        self.log(f"job {claim.job} on {where} ended" + (f": units {placement.format_ranges(record.units)} released"
+                                                         if record.units else ""))
+        if not record.is_spread or not self.profile_dir:
+            return
+        slot = self.config.slot(claim.slot_id)
+        record_json = runs.run_record(self.config.node, record, slot.cache_id or 0 if slot else 0, now,
+                                      procs.wall_start(record.starter_start, self.proc_root),
+                                      3 * self.interval_s + 5)
+        try:
+            path = runs.write_run_record(self.profile_dir, record_json)
+            self.log(f"job {claim.job}: run record {path} (scale {record_json['scale_factor']}, "
+                     f"{record_json['runtime_s']} s, exclusive {record_json['exclusive']})")
+        except (OSError, ValueError) as exc:
+            self.log(f"job {claim.job}: run record not written: {getattr(exc, 'strerror', None) or exc}")
+
+    # -- the hook's question: where does the job starting under my starter run?
+
+    def answer(self, peer_pid: int, peer_uid: int) -> Dict[str, Any]:
+        try:
+            return self.start(peer_pid, peer_uid)
+        except Refused as exc:
+            self.log(f"{'job ' + exc.job + ': ' if exc.job else ''}start refused (caller pid {peer_pid}, "
+                     f"uid {peer_uid}): {exc}")
+            return {"status": "refused", "code": exc.code, "message": str(exc)}
+
+    def start(self, peer_pid: int, peer_uid: int) -> Dict[str, Any]:
+        table = procs.process_table(self.proc_root)
+        caller = table.get(peer_pid)
+        starter = self._starter(caller.ppid, table) if caller else None
+        if starter is None:
+            raise Refused(EXIT_NO_STATE, "the caller is not a job's PREPARE_JOB hook (its parent is no starter)")
+        key = f"{starter.pid}:{starter.start}"
+        for attempt in range(3):   # the startd may report a claim's starter a moment late
+            self.reconcile(self.claims(), table, time.time())
+            if key in self.records:
+                break
+            if attempt < 2:
+                time.sleep(0.3)
+                table = procs.process_table(self.proc_root)
+        record = self.records.get(key)
+        if record is None:
+            raise Refused(EXIT_NO_STATE, f"the startd reports no claim for starter {starter.pid}")
+        record.uid = peer_uid if peer_uid != 0 else record.uid
+        if record.is_device and record.units is None:
+            problem = device_problem(self.config, record.claim)
+            if problem:
+                raise Refused(EXIT_BAD_AD, problem, record.claim.job)
+            try:
+                record.units = self.place(record)
+            except Refused as exc:
+                record.refused = str(exc)   # holds nothing: a refused start is no co-runner
+                raise Refused(exc.code, f"device {self.config.node}/{record.claim.device} ({record.claim.slot}) "
+                                        f"is full: {exc}", record.claim.job) from None
+            self.save()
+            self.log(f"job {record.claim.job} started on {self.config.node}/{record.claim.device} slot "
+                     f"{record.claim.slot}: {record.claim.compute} compute units, {record.claim.device_memory_mb} MB, "
+                     f"units {placement.format_ranges(record.units)}")
+        elif not record.is_device:
+            self.save()
+        return self.reply(record)
+
+    def place(self, record: Running) -> placement.Units:
+        """Compute units for a device job, or Refused exactly when the allocations of the
+        device's live co-runners plus this job's exceed the device's memory or compute."""
+        claim = record.claim
+        device = self.config.device(claim.device or "")
+        if device is None:
+            raise Refused(EXIT_NO_STATE, f"device {claim.device} is not in the node config")
+        others = [r for r in self.records.values()
+                  if r is not record and r.claim.device == claim.device and not r.refused]
+        used_mb = sum(r.claim.device_memory_mb for r in others)
+        used = sum(r.claim.compute for r in others)
+        if used_mb + claim.device_memory_mb > device.device_memory_mb:
+            raise Refused(EXIT_OVERSUBSCRIBED, f"device memory {used_mb}+{claim.device_memory_mb} MB > "
+                                               f"{device.device_memory_mb} MB on {claim.device}")
+        if used + claim.compute > device.hardware_threads or claim.compute < 1:
+            raise Refused(EXIT_OVERSUBSCRIBED, f"device {device.device_kind.compute_attr} {used}+{claim.compute} > "
+                                               f"{device.hardware_threads} on {claim.device}")
+        units = placement.place_units(device.hardware_threads, device.device_kind.compute_per_core,
+                                      [u for r in others for u in (r.units or ())], claim.compute)
+        if units is None:  # co-runners placed before an agent restart lost nothing: cannot happen
+            raise Refused(EXIT_OVERSUBSCRIBED, f"no {claim.compute} free compute units on {claim.device}")
+        return units
+
+    def reply(self, record: Running) -> Dict[str, Any]:
+        claim = record.claim
+        if record.is_device:
+            return {"status": "ok", "kind": "device", "device": claim.device, "slot": claim.slot,
+                    "memory_mb": claim.device_memory_mb, "compute": claim.compute,
+                    "units": [list(r) for r in record.units or ()]}
+        slot = self.config.slot(claim.slot_id)
+        return {"status": "ok", "kind": "socket" if slot and slot.kind == "socket" else "other",
+                "slot": claim.slot, "llc_ways": claim.llc_ways, "mem_bw_gbs": claim.mem_bw_gbs}
+
+    # -- every interval
+
+    def tick(self) -> Dict[str, dict]:
+        now = time.time()
+        table = procs.process_table(self.proc_root)
+        self.reconcile(self.claims(), table, now)
+        self.watch_memory()
+        try:
+            self.watch_spread(table, now)
+        except (OSError, StateError) as exc:
+            self.log(f"spread jobs not managed this interval: {exc.strerror or exc}")
+        published = self.publish(now)
+        self.save()
+        state.write_json_atomic(self.state_dir, state.HEARTBEAT_NAME, {"time": now, "pid": os.getpid()})
+        return published
+
+    def watch_memory(self) -> None:
+        for record in [r for r in self.records.values() if r.is_device and not r.killed]:
+            claim = record.claim
+            used = self.probe.job_usage_mb(claim.device, claim.cluster, claim.proc)
+            if memory_watch.over_limit(used, claim.device_memory_mb):
+                record.killed = (f"device memory use {used} MB on {claim.device} exceeds its allocation of "
+                                 f"{claim.device_memory_mb} MB")
+                pids = procs.stop_job(record.starter_pid, record.starter_start, self.kill_grace_s, self.proc_root)
+                if not pids:   # no process of the job yet (or any more): tried again next interval
+                    self.log(f"job {claim.job}: over its allocation, but no process of it to stop")
+                    record.killed = None
+                    continue
+                state.write_json_atomic(os.path.join(self.state_dir, "killed"), f"{claim.job}.json",
+                                        {"job": claim.job, "device": claim.device, "slot": claim.slot,
+                                         "reason": record.killed, "pids": sorted(pids), "time": time.time()})
+                self.log(f"job {claim.job} stopped: {record.killed} (signalled pids {sorted(pids)})")
+
+    def watch_spread(self, table: Dict[int, procs.Proc], now: float) -> None:
+        """Co-runners and perf samples of each spread job; its resctrl group."""
+        clusters_on: Dict[int, set] = {}
+        for record in self.records.values():
+            clusters_on.setdefault(record.claim.slot_id, set()).add(record.claim.cluster)
+        shares: List[resctrl.ProcShare] = []
+        tasks: Dict[str, List[int]] = {}
+        node_jobs = {r.claim.job for r in self.records.values()}
+        for record in [r for r in self.records.values() if r.is_spread]:
+            claim = record.claim
+            members = procs.job_processes(record.starter_pid, record.starter_start, table)
+            others = sorted(c for c in clusters_on.get(claim.slot_id, ()) if c != claim.cluster)
+            if others:
+                record.shared = True
+                record.co_runners = sorted(set(record.co_runners) | {str(c) for c in others})[:64]
+            record.last_seen = now
+            if not members:
+                continue
+            record.verified = True
+            record.uid = members[0].uid
+            pids = [p.pid for p in members]
+            if self.perf is not None and not record.shared:
+                sample = self.perf.sample(pids, node_wide=node_jobs == {claim.job})
+                if sample:
+                    record.samples += 1
+                    for name in jobs.WATCH_KEYS:
+                        record.perf[name] = record.perf.get(name, 0.0) + sample.get(name, 0.0)
+            slot = self.config.slot(claim.slot_id)
+            if slot is None or slot.kind != "socket" or slot.cache_id is None:
+                continue
+            group = f"{claim.cluster}-uid{record.uid}"
+            shares.append(resctrl.ProcShare(group, slot.cache_id, claim.llc_ways, claim.mem_bw_gbs,
+                                            slot.llc_ways, slot.mem_bw_gbs))
+            tasks.setdefault(group, []).extend(procs.task_ids(pids, self.proc_root))
+        desired, percents = resctrl.group_shares(shares)
+        if self.manager is not None:
+            try:
+                self.manager.sync(desired, {g: t for g, t in tasks.items() if g in desired}, percents)
+            except (OSError, resctrl.ResctrlError) as exc:
+                self.log(f"resctrl sync failed: {getattr(exc, 'strerror', None) or exc}")
+
+    def publish(self, now: float) -> Dict[str, dict]:
+        published: Dict[str, dict] = {}
+        for device in self.config.devices:
+            name = device.device or ""
+            mine = [r for r in self.records.values() if r.claim.device == name]
+            entries = [{"job": r.claim.job, "slot": r.claim.slot, "memory_mb": r.claim.device_memory_mb,
+                        "threads": r.claim.compute, "units": [list(u) for u in r.units or ()],
+                        "used_mb": self.probe.job_usage_mb(name, r.claim.cluster, r.claim.proc),
+                        "killed": r.killed} for r in mine]
+            per_job = [e["used_mb"] for e in entries if e["used_mb"] is not None]
+            device_used = self.probe.device_usage_mb(name)
+            if device_used is not None and device_used > device.device_memory_mb:
+                self.log(f"device {name}: measured {device_used} MB exceeds its {device.device_memory_mb} MB")
+            published[name] = {
+                "device": name, "updated": now, "probe": self.probe.name, "jobs": entries,
+                "allocated_mb": sum(e["memory_mb"] for e in entries),
+                "allocated_threads": sum(e["threads"] for e in entries),
+                "busy_cores": placement.units_count(placement.core_ranges(
+                    [u for r in mine for u in r.units or ()], device.device_kind.compute_per_core)),
+                "used_mb": device_used if device_used is not None else (sum(per_job) if per_job else None),
+                "device_memory_mb": device.device_memory_mb, "hardware_threads": device.hardware_threads}
+            state.write_json_atomic(os.path.join(self.state_dir, "devices"), f"{name}.json", published[name])
+        return published
+
+    def save(self) -> None:
+        jobs.save(self.state_dir, self.records)
+
+
+def serve(agent: Agent, server, stopping: List[int], once: bool) -> None:
+    """The main loop: a tick every interval, the hook's questions in between."""
+    next_tick = 0.0
+    while not stopping:
+        if time.monotonic() >= next_tick:
+            try:
+                agent.tick()
+            except Exception as exc:  # survive one bad interval; the heartbeat goes stale
+                agent.log(f"interval failed: {exc.__class__.__name__}: {exc}")
+            if once:
+                return
+            next_tick = time.monotonic() + agent.interval_s
+        try:
+            ready, _, _ = select.select([server], [], [], max(0.0, min(0.5, next_tick - time.monotonic())))
+        except InterruptedError:
+            continue
+        if ready:
+            answer_one(agent, server)
+
+
+def answer_one(agent: Agent, server) -> None:
+    try:
+        conn, _ = server.accept()
+    except (BlockingIOError, InterruptedError):
+        return
+    with conn:
+        try:
+            peer_pid, peer_uid = channel.peer(conn)
+            channel.send_reply(conn, agent.answer(peer_pid, peer_uid))
+        except Exception as exc:  # one bad caller never stops the agent
+            agent.log(f"hook request failed: {exc.__class__.__name__}: {exc}")
+            channel.send_reply(conn, {"status": "refused", "code": EXIT_NO_STATE, "message": "node agent error"})
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=PROGRAM, description=__doc__.split("\n")[0])
+    parser.add_argument("--node-config", required=True)
+    parser.add_argument("--state-dir")
+    parser.add_argument("--startd-address-file", required=True,
+                        help="the startd's address file (STARTD_ADDRESS_FILE): how the agent asks for its claims")
+    parser.add_argument("--condor-status", default="condor_status", help="condor_status binary")
+    parser.add_argument("--probe", choices=("file", "sysfs", "micsmc"), default="micsmc")
+    parser.add_argument("--probe-dir")
+    parser.add_argument("--interval", type=float, default=10.0)
+    parser.add_argument("--kill-grace", type=float, default=5.0)
+    parser.add_argument("--resctrl-root", default="/sys/fs/resctrl",
+                        help="resctrl mount point (a directory laid out as resctrl in tests)")
+    parser.add_argument("--profile-dir", default=None,
+                        help="profile store: run records go to DIR/runs/<program>/<job>.json")
+    parser.add_argument("--perf", default="auto",
+                        help="perf binary for IPC/bandwidth samples ('auto': look it up, '': none)")
+    parser.add_argument("--perf-sample", type=float, default=1.0, help="seconds per perf sample")
+    parser.add_argument("--once", action="store_true")
+    return parser.parse_args(argv)
+
+
+def build(args: argparse.Namespace, log: Log) -> Tuple[Agent, str]:
+    """The agent its arguments describe; ConfigError for a bad one."""
+    if not 0.1 <= args.interval <= 3600 or not 0 <= args.kill_grace <= 300 or not 0.01 <= args.perf_sample <= 60:
+        raise ConfigError("--interval must be in [0.1, 3600] s, --kill-grace in [0, 300] s "
+                          "and --perf-sample in [0.01, 60] s")
+    for option, value in (("--resctrl-root", args.resctrl_root), ("--profile-dir", args.profile_dir),
+                          ("--startd-address-file", args.startd_address_file)):
+        if value is not None and not plain_absolute_path(value):
+            raise ConfigError(f"{option} must be a plain absolute path")
+    config = load_node_config(args.node_config)
+    state_dir = state_dir_for(config, {}, args.state_dir)
+    probe = memory_watch.make_probe(args.probe, args.probe_dir)
+    manager = None
+    if config.sockets:
+        try:
+            manager = resctrl.ResctrlManager(args.resctrl_root, log=log)
+        except (OSError, resctrl.ResctrlError) as exc:
+            log(f"resctrl at {args.resctrl_root} unusable ({getattr(exc, 'strerror', None) or exc}): "
+                "spread jobs run ungrouped")
+        manager = manager if manager is not None and manager.available else None
+    if args.profile_dir:
+        try:
+            os.makedirs(args.profile_dir, mode=0o755, exist_ok=True)
+        except OSError as exc:
+            log(f"profile dir {args.profile_dir}: {exc.strerror}: run records will fail")
+    view = SlotView(config, args.startd_address_file, args.condor_status)
+    agent = Agent(config, state_dir, view, probe, log, manager, args.profile_dir,
+                  make_perf(args.perf, args.perf_sample, log), args.kill_grace, args.interval)
+    return agent, state_dir
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    try:
+        args = parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_BAD_CONFIG if exc.code else EXIT_OK
+    log_path: List[Optional[str]] = [None]
+
+    def log(message: str) -> None:
+        state.log_line(log_path[0], PROGRAM, message)
+
+    try:
+        config = load_node_config(args.node_config)
+        state_dir = state_dir_for(config, {}, args.state_dir)
+        state.prepare_state_dir(state_dir)
+        lock = state.AgentLock(state_dir)
+        lock.acquire()
+    except ConfigError as exc:
+        log(f"bad configuration: {exc}")
+        return EXIT_BAD_CONFIG
+    except OSError as exc:
+        log(f"state dir unusable: {exc.strerror or exc}")
+        return EXIT_NO_STATE
+    log_path[0] = os.path.join(state_dir, state.LOG_NAME)
+    try:
+        agent, _ = build(args, log)
+        server = channel.listen(state_dir)
+    except ConfigError as exc:
+        lock.release()
+        log(f"bad configuration: {exc}")
+        return EXIT_BAD_CONFIG
+    except OSError as exc:
+        lock.release()
+        log(f"cannot listen on {state_dir}/{state.SOCKET_NAME}: {exc.strerror or exc}")
+        return EXIT_NO_STATE
+    stopping: List[int] = []
+    if not args.once:
+        signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
+        signal.signal(signal.SIGINT, lambda signum, frame: stopping.append(signum))
+        # condor_reconfig makes the master send SIGHUP; the settings are the arguments.
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    log(f"started for node {config.node}, state {state_dir}, probe {agent.probe.name}, resctrl "
+        f"{args.resctrl_root if agent.manager else 'absent'}, profiles {args.profile_dir or 'off'}")
+    serve(agent, server, stopping, args.once)
+    server.close()
+    lock.release()
+    log("stopped")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,254 @@
+"""The node config: the JSON ``condor_sched.inventory.node_config`` writes for one execute
+node (its slots, devices and their kinds, sockets and caches). Root-owned, read by every
+node program; validated in full before use."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from cosched_node.errors import ConfigError
+from cosched_node.placement import Units, core_ranges, format_ranges, units_count
+from cosched_node.rules import (CACHE_ID_MAX, CBM_WIDTH_MAX, DEVICE_RE, DOMAIN_RE, MAX_BW_GBS, MAX_INT,
+                                MAX_UNITS, NODE_RE)
+
+THREADS_PER_PHI_CORE = 4
+MAX_CONFIG_BYTES = 1 << 20
+DEFAULT_STATE_ROOT = "/var/lib/condor_sched"
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+ABS_PATH_RE = re.compile(r"^/[A-Za-z0-9_./@+-]{1,4000}$")
+
+
+def plain_absolute_path(path: Any) -> bool:
+    """An absolute path of safe characters with no ``..`` component."""
+    return isinstance(path, str) and bool(ABS_PATH_RE.match(path)) and "/../" not in path + "/"
+
+
+KIND_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+KIND_ATTR_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,63}$")
+TEMPLATE_RE = re.compile(r"^[\x20-\x7e]{0,256}$")
+TEMPLATE_FIELDS = frozenset({"compute", "cores", "core_list", "unit_list", "cpu_list", "compute_per_core",
+                             "device", "device_index"})
+
+
+@dataclass(frozen=True)
+class DeviceKindConfig:
+    """A device kind's record as the node config carries it (``condor_sched.device_kinds``):
+    the attributes naming its memory, compute and device, its compute units per core, the
+    device OS's logical CPU number of compute unit 0 (``cpu_offset``), and the environment
+    templates the PREPARE_JOB hook fills."""
+    name: str
+    memory_attr: str
+    compute_attr: str
+    device_name_attr: str
+    compute_per_core: int
+    environment: Tuple[Tuple[str, str], ...]
+    discovery: str = "inventory"
+    cpu_offset: int = 0
+
+    def job_environment(self, device: str, compute: int, units: "Units") -> List[Tuple[str, str]]:
+        """The filled templates for a job placed on ``units`` (sorted half-open ranges of the
+        device's compute units; unit u is thread u % compute_per_core of core
+        u // compute_per_core, logical CPU cpu_offset + u of the device's OS).  Fields:
+        ``{compute}`` units, ``{cores}`` cores touched, ``{core_list}``, ``{unit_list}``,
+        ``{cpu_list}`` as ``a-b,c`` lists, ``{compute_per_core}``, ``{device}``,
+        ``{device_index}``.  A variable whose template needs a device index the device name
+        does not end with is left out."""
+        index = re.search(r"(\d{1,6})$", device)
+        cores = core_ranges(units, self.compute_per_core)
+        values = {"compute": compute, "cores": units_count(cores), "core_list": format_ranges(cores),
+                  "unit_list": format_ranges(units), "cpu_list": format_ranges(units, self.cpu_offset),
+                  "compute_per_core": self.compute_per_core, "device": device,
+                  "device_index": index.group(1) if index else None}
+        out = []
+        for name, template in self.environment:
+            fields = set(re.findall(r"{(\w*)}", template))
+            if any(values[f] is None for f in fields):
+                continue
+            out.append((name, template.format(**{f: values[f] for f in fields})))
+        return out
+
+
+#: The kind of a device slot whose node config names none (configs written before kinds).
+#: Xeon Phi (KNC): logical CPU 0 and the last three sit on the last core, which the card's OS
+#: keeps for itself; threads 0-3 of core c are logical CPUs 1+4c .. 4+4c, so cpu_offset is 1.
+#: Offloaded OpenMP threads are bound one per listed logical CPU (``explicit`` affinity,
+#: ``MIC_`` variables forwarded to the card without the prefix).
+PHI_KIND = DeviceKindConfig(
+    "phi", "PhiMemory", "PhiThreads", "PhiDeviceName", THREADS_PER_PHI_CORE,
+    (("OMP_NUM_THREADS", "{compute}"), ("MIC_ENV_PREFIX", "MIC"), ("MIC_OMP_NUM_THREADS", "{compute}"),
+     ("MIC_KMP_AFFINITY", "granularity=fine,explicit,proclist=[{cpu_list}]"), ("COSCHED_DEVICE", "{device}"),
+     ("COSCHED_DEVICE_CORES", "{core_list}"), ("COSCHED_DEVICE_THREADS", "{unit_list}"),
+     ("OFFLOAD_DEVICES", "{device_index}")), "micinfo", 1)
+
+
+def parse_device_kind(raw: Any, where: str) -> DeviceKindConfig:
+    """Validate a node config's ``device_kind`` object (absent: the Xeon Phi kind)."""
+    if raw is None:
+        return PHI_KIND
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: 'device_kind' is not an object")
+    name = raw.get("name")
+    if not isinstance(name, str) or not KIND_NAME_RE.match(name):
+        raise ConfigError(f"{where}: device_kind 'name' is not a valid kind name")
+    attrs = [raw.get(key) for key in ("memory_attr", "compute_attr", "device_name_attr")]
+    if not all(isinstance(a, str) and KIND_ATTR_RE.match(a) for a in attrs) or len(set(attrs)) != 3:
+        raise ConfigError(f"{where}: device_kind attributes must be three distinct attribute names")
+    environment = raw.get("environment", [])
+    if not isinstance(environment, list) or len(environment) > 32:
+        raise ConfigError(f"{where}: device_kind 'environment' must be a list of [name, template]")
+    pairs = []
+    for entry in environment:
+        if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(x, str) for x in entry)
+                and ENV_NAME_RE.match(entry[0]) and TEMPLATE_RE.match(entry[1])
+                and set(re.findall(r"{(\w*)}", entry[1])) <= TEMPLATE_FIELDS
+                and "{" not in re.sub(r"{\w*}", "", entry[1]) and "}" not in re.sub(r"{\w*}", "", entry[1])):
+            raise ConfigError(f"{where}: device_kind environment entry {entry!r} is not [NAME, template] "
+                              f"with fields from {sorted(TEMPLATE_FIELDS)}")
+        pairs.append((entry[0], entry[1]))
+    discovery = raw.get("discovery", "inventory")
+    if not isinstance(discovery, str) or not KIND_NAME_RE.match(discovery):
+        raise ConfigError(f"{where}: device_kind 'discovery' is not a valid name")
+    cpu_offset = _cfg_int(raw, "cpu_offset", 0, 1024, where) if "cpu_offset" in raw else 0
+    return DeviceKindConfig(name, attrs[0], attrs[1], attrs[2], _cfg_int(raw, "compute_per_core", 1, 1024, where),
+                            tuple(pairs), discovery, cpu_offset)
+
+
+@dataclass(frozen=True)
+class SlotConfig:
+    slot_id: int
+    kind: str
+    cores: int
+    memory_mb: int
+    device: Optional[str] = None
+    device_memory_mb: int = 0
+    hardware_threads: int = 0
+    cache_id: Optional[int] = None     # socket slots: the L3 cache id (resctrl schemata key)
+    llc_ways: int = 0                  # socket slots: LLC ways of that cache (0: unknown)
+    mem_bw_gbs: float = 0.0            # socket slots: peak memory bandwidth, GB/s (0: unknown)
+    device_kind: DeviceKindConfig = PHI_KIND  # device slots: the device's kind
+
+    @property
+    def device_cores(self) -> int:
+        return self.hardware_threads // self.device_kind.compute_per_core
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    node: str
+    domain: str
+    cores: int
+    memory_mb: int
+    slots: Tuple[SlotConfig, ...]
+    state_dir: Optional[str] = None
+
+    def slot(self, slot_id: int) -> Optional[SlotConfig]:
+        for slot in self.slots:
+            if slot.slot_id == slot_id:
+                return slot
+        return None
+
+    def device(self, name: str) -> Optional[SlotConfig]:
+        for slot in self.slots:
+            if slot.kind == "device" and slot.device == name:
+                return slot
+        return None
+
+    @property
+    def devices(self) -> Tuple[SlotConfig, ...]:
+        return tuple(s for s in self.slots if s.kind == "device")
+
+    @property
+    def sockets(self) -> Tuple[SlotConfig, ...]:
+        return tuple(s for s in self.slots if s.kind == "socket")
+
+
+def _cfg_int(obj: Dict[str, Any], key: str, low: int, high: int, where: str) -> int:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(f"{where}: '{key}' must be an integer in [{low}, {high}]")
+    return value
+
+
+def parse_node_config(obj: Any) -> NodeConfig:
+    """Validate the JSON written by ``condor_sched.inventory.node_config``."""
+    if not isinstance(obj, dict):
+        raise ConfigError("node config: top level is not an object")
+    node, domain = obj.get("node"), obj.get("domain")
+    if not isinstance(node, str) or not NODE_RE.match(node):
+        raise ConfigError("node config: 'node' is not a valid host name")
+    if not isinstance(domain, str) or not DOMAIN_RE.match(domain):
+        raise ConfigError("node config: 'domain' is not a valid domain")
+    state_dir = obj.get("state_dir")
+    if state_dir is not None and not plain_absolute_path(state_dir):
+        raise ConfigError("node config: 'state_dir' must be an absolute path")
+    raw_slots = obj.get("slots")
+    if not isinstance(raw_slots, list) or len(raw_slots) > 256:
+        raise ConfigError("node config: 'slots' must be a list")
+    slots: List[SlotConfig] = []
+    for index, raw in enumerate(raw_slots):
+        where = f"node config slot #{index}"
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{where}: not an object")
+        kind = raw.get("kind")
+        slot_id = _cfg_int(raw, "slot_id", 1, 9999, where)
+        cores = _cfg_int(raw, "cores", 0, 100000, where)
+        memory_mb = _cfg_int(raw, "memory_mb", 0, MAX_INT, where)
+        if kind == "device":
+            device = raw.get("device")
+            if not isinstance(device, str) or not DEVICE_RE.match(device):
+                raise ConfigError(f"{where}: 'device' is not a valid device name")
+            device_kind = parse_device_kind(raw.get("device_kind"), where)
+            slots.append(SlotConfig(slot_id, kind, cores, memory_mb, device,
+                                    _cfg_int(raw, "device_memory_mb", 1, MAX_INT, where),
+                                    _cfg_int(raw, "hardware_threads", device_kind.compute_per_core, MAX_UNITS, where),
+                                    device_kind=device_kind))
+        elif kind == "socket":
+            cache_id = _cfg_int(raw, "cache_id", 0, CACHE_ID_MAX, where) if "cache_id" in raw else None
+            llc_ways = _cfg_int(raw, "llc_ways", 1, CBM_WIDTH_MAX, where) if "llc_ways" in raw else 0
+            mem_bw = raw.get("mem_bw_gbs", 0.0)
+            if isinstance(mem_bw, bool) or not isinstance(mem_bw, (int, float)) \
+                    or not math.isfinite(mem_bw) or not 0 <= mem_bw <= MAX_BW_GBS:
+                raise ConfigError(f"{where}: 'mem_bw_gbs' must be a number in [0, {MAX_BW_GBS:g}]")
+            slots.append(SlotConfig(slot_id, kind, cores, memory_mb, cache_id=cache_id,
+                                    llc_ways=llc_ways, mem_bw_gbs=float(mem_bw)))
+        else:
+            raise ConfigError(f"{where}: unknown kind")
+    ids = [s.slot_id for s in slots]
+    names = [s.device for s in slots if s.device]
+    cache_ids = [s.cache_id for s in slots if s.cache_id is not None]
+    if len(set(ids)) != len(ids) or len(set(names)) != len(names) or len(set(cache_ids)) != len(cache_ids):
+        raise ConfigError("node config: duplicate slot id, device name or cache id")
+    return NodeConfig(node, domain, _cfg_int(obj, "cores", 0, 100000, "node config"),
+                      _cfg_int(obj, "memory_mb", 0, MAX_INT, "node config"), tuple(slots), state_dir)
+
+
+def load_node_config(path: str) -> NodeConfig:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"node config {path}: {exc.strerror}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"node config {path}: too large")
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ConfigError(f"node config {path}: not valid JSON ({exc.__class__.__name__})") from None
+    return parse_node_config(obj)
+
+
+def state_dir_for(config: NodeConfig, env: Optional[Dict[str, str]] = None,
+                  override: Optional[str] = None) -> str:
+    """The state dir: explicit override, else $COSCHED_STATE_DIR, else config, else default."""
+    env = os.environ if env is None else env
+    for candidate in (override, env.get("COSCHED_STATE_DIR"), config.state_dir):
+        if candidate:
+            if not plain_absolute_path(candidate):
+                raise ConfigError("state dir must be a plain absolute path")
+            return candidate.rstrip("/") or "/"
+    return os.path.join(DEFAULT_STATE_ROOT, config.node)

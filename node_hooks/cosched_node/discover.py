@@ -1,0 +1,246 @@
+"""Print one execute node's HTCondor slot configuration (the local pool's device discovery).
+
+Runs on the execute node with nothing but the standard library. Reads the node's JSON
+(written by ``condor-sched pool up`` from the inventory, see
+``condor_sched.inventory.node_config``) and, when ``micinfo`` is installed, takes each
+coprocessor's memory and thread count from it instead (devices of a kind whose discovery
+is ``micinfo``). Prints config lines prefixed with the startd's local name
+(``NODE1.SLOT_TYPE_1 = ...``):
+
+- one partitionable slot type per socket (cores, memory, LLCWays, MemBW), then one per
+  device (host cores and memory, and its kind's memory and compute resources, e.g.
+  PhiMemory and PhiThreads), so slot ids follow ``condor_sched.inventory.node_slots``;
+- machine totals (NUM_CPUS, MEMORY, MACHINE_RESOURCE_*), which are the sums;
+- ``SLOT<n>_LLCCacheId`` (socket slots) and ``SLOT<n>_<device name attribute>`` (device
+  slots, e.g. ``PhiDeviceName``) for STARTD_ATTRS.
+
+Every value read from the file or from micinfo is validated; bad input exits 2 with the
+reason on stderr and prints nothing.
+
+Usage: discover_devices.py --node-config /etc/condor_sched/nodes/node1.json --local-name NODE1
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+
+from cosched_node.config import parse_device_kind
+from cosched_node.errors import ConfigError
+
+NODE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+DEVICE_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
+LOCAL_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,31}$")
+MAX_INT = 2**31 - 1
+#: Knights Corner runs 4 hardware threads per core and keeps one core for its own OS
+#: (a 61-core card offers 240 threads to offloaded code).
+THREADS_PER_CORE = 4
+RESERVED_CORES = 1
+
+
+class BadInput(ValueError):
+    """A node file or micinfo output that cannot be trusted."""
+
+
+def _int(where: str, value: object, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_INT:
+        raise BadInput(f"{where}: expected an integer in [{minimum}, {MAX_INT}], got {value!r}")
+    return value
+
+
+def _gbs(where: str, value: object) -> int:
+    """Memory bandwidth in whole GB/s, rounded down (HTCondor resources are integers)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0 <= value <= MAX_INT:
+        raise BadInput(f"{where}: expected a bandwidth in GB/s, got {value!r}")
+    return int(math.floor(value))
+
+
+def parse_node_config(data: object) -> dict:
+    """Validate the node JSON; return {"node", "cores", "memory_mb", "sockets", "devices"}."""
+    if not isinstance(data, dict):
+        raise BadInput("node config: top level must be an object")
+    node = data.get("node")
+    if not isinstance(node, str) or not NODE_NAME.match(node):
+        raise BadInput(f"node config: bad node name {node!r}")
+    cores = _int("cores", data.get("cores"), 1)
+    memory_mb = _int("memory_mb", data.get("memory_mb"), 1)
+    slots = data.get("slots")
+    if not isinstance(slots, list) or not slots or len(slots) > 64:
+        raise BadInput("node config: 'slots' must be a list of 1 to 64 entries")
+    sockets, devices = [], []
+    for i, s in enumerate(slots):
+        where = f"slots[{i}]"
+        if not isinstance(s, dict):
+            raise BadInput(f"{where}: must be an object")
+        if _int(f"{where}.slot_id", s.get("slot_id"), 1) != i + 1:
+            raise BadInput(f"{where}: slot ids must be 1, 2, ... in order")
+        common = {"cores": _int(f"{where}.cores", s.get("cores"), 1),
+                  "memory_mb": _int(f"{where}.memory_mb", s.get("memory_mb"), 1)}
+        if s.get("kind") == "socket":
+            if devices:
+                raise BadInput(f"{where}: socket slots must come before device slots")
+            sockets.append({**common, "cache_id": _int(f"{where}.cache_id", s.get("cache_id")),
+                            "llc_ways": _int(f"{where}.llc_ways", s.get("llc_ways"), 1),
+                            "mem_bw_gbs": _gbs(f"{where}.mem_bw_gbs", s.get("mem_bw_gbs"))})
+        elif s.get("kind") == "device":
+            name = s.get("device")
+            if not isinstance(name, str) or not DEVICE_NAME.match(name):
+                raise BadInput(f"{where}: bad device name {name!r}")
+            if any(d["name"] == name for d in devices):
+                raise BadInput(f"{where}: device {name} repeats")
+            try:
+                kind = parse_device_kind(s.get("device_kind"), where)
+            except ConfigError as e:
+                raise BadInput(str(e)) from None
+            devices.append({**common, "name": name, "kind": kind,
+                            "device_memory_mb": _int(f"{where}.device_memory_mb", s.get("device_memory_mb"), 1),
+                            "hardware_threads": _int(f"{where}.hardware_threads", s.get("hardware_threads"), 1)})
+        else:
+            raise BadInput(f"{where}: kind must be 'socket' or 'device', got {s.get('kind')!r}")
+    if not sockets:
+        raise BadInput("node config: no socket slot")
+    if sum(x["cores"] for x in sockets + devices) > cores or sum(x["memory_mb"] for x in sockets + devices) > memory_mb:
+        raise BadInput("node config: slots hold more cores or memory than the node")
+    return {"node": node, "cores": cores, "memory_mb": memory_mb, "sockets": sockets, "devices": devices}
+
+
+_DEVICE_LINE = re.compile(r"^\s*Device No:\s*(\d+)\s*,\s*Device Name:\s*(\S+)\s*$")
+_FIELD_LINE = re.compile(r"^\s*([A-Za-z][A-Za-z ]*?)\s*:\s*(.*?)\s*$")
+
+
+def parse_micinfo(text: str) -> dict[str, dict[str, int]]:
+    """Device name -> {"device_memory_mb", "hardware_threads"} from ``micinfo`` output.
+
+    Reads each "Device No: N, Device Name: micN" section's "GDDR Size : <n> MB" and
+    "Total No of Active Cores : <n>" lines; a section missing either, or holding a
+    malformed value, is left out. Names must look like ``mic<N>``.
+    """
+    devices: dict[str, dict[str, int]] = {}
+    current: dict[str, int] | None = None
+    for line in text.splitlines()[:100000]:
+        m = _DEVICE_LINE.match(line)
+        if m:
+            name = m.group(2)
+            current = {} if re.match(r"^mic\d{1,3}$", name) and name not in devices else None
+            if current is not None:
+                devices[name] = current
+            continue
+        if current is None:
+            continue
+        f = _FIELD_LINE.match(line)
+        if not f:
+            continue
+        key, value = f.group(1).strip().lower(), f.group(2)
+        if key == "gddr size":
+            v = re.match(r"^(\d{1,9})\s*(MB|GB)$", value, re.IGNORECASE)
+            if v:
+                current["device_memory_mb"] = int(v.group(1)) * (1024 if v.group(2).upper() == "GB" else 1)
+        elif key == "total no of active cores":
+            v = re.match(r"^(\d{1,5})$", value)
+            if v and int(v.group(1)) > RESERVED_CORES:
+                current["hardware_threads"] = (int(v.group(1)) - RESERVED_CORES) * THREADS_PER_CORE
+    return {n: d for n, d in devices.items()
+            if set(d) == {"device_memory_mb", "hardware_threads"} and d["device_memory_mb"] > 0}
+
+
+def merge_micinfo(node: dict, found: dict[str, dict[str, int]], warn=lambda msg: None) -> dict:
+    """The node with device memory and threads taken from micinfo where it names the device."""
+    devices = []
+    for d in node["devices"]:
+        if d["kind"].discovery != "micinfo":
+            devices.append(d)
+        elif d["name"] in found:
+            devices.append({**d, **found[d["name"]]})
+        else:
+            warn(f"device {d['name']} of {node['node']} not reported by micinfo; using the node config")
+            devices.append(d)
+    for extra in sorted(set(found) - {d["name"] for d in node["devices"]}):
+        warn(f"micinfo reports {extra}, which the inventory of {node['node']} does not list; ignored")
+    return {**node, "devices": devices}
+
+
+def render_slots(node: dict, local_name: str) -> str:
+    """The config lines of one startd (local name ``local_name``) for a validated node."""
+    if not LOCAL_NAME.match(local_name):
+        raise BadInput(f"bad local name {local_name!r}")
+    p = local_name + "."
+    sockets, devices = node["sockets"], node["devices"]
+    kinds = list({d["kind"].name: d["kind"] for d in devices}.values())
+    lines = [f"# slots of {node['node']}: generated by discover_devices.py; do not edit",
+             f"{p}NUM_CPUS = {node['cores']}",
+             f"{p}MEMORY = {node['memory_mb']}"]
+    for k in kinds:
+        lines += [f"{p}MACHINE_RESOURCE_{k.memory_attr} = "
+                  f"{sum(d['device_memory_mb'] for d in devices if d['kind'] == k)}",
+                  f"{p}MACHINE_RESOURCE_{k.compute_attr} = "
+                  f"{sum(d['hardware_threads'] for d in devices if d['kind'] == k)}"]
+    lines += [f"{p}MACHINE_RESOURCE_LLCWays = {sum(s['llc_ways'] for s in sockets)}",
+              f"{p}MACHINE_RESOURCE_MemBW = {sum(s['mem_bw_gbs'] for s in sockets)}"]
+
+    def device_amounts(own: object, memory_mb: int, compute: int) -> str:
+        """Every device kind's two resources on a slot type: its own device's, 0 for the others."""
+        return "".join(f"{k.memory_attr}={memory_mb if k == own else 0}, {k.compute_attr}={compute if k == own else 0}, "
+                       for k in kinds)
+
+    slot_id = 0
+    for s in sockets:
+        slot_id += 1
+        lines += [f"{p}SLOT_TYPE_{slot_id} = cpus={s['cores']}, memory={s['memory_mb']}, "
+                  f"{device_amounts(None, 0, 0)}LLCWays={s['llc_ways']}, MemBW={s['mem_bw_gbs']}",
+                  f"{p}SLOT{slot_id}_LLCCacheId = {s['cache_id']}"]
+    for d in devices:
+        slot_id += 1
+        lines += [f"{p}SLOT_TYPE_{slot_id} = cpus={d['cores']}, memory={d['memory_mb']}, "
+                  f"{device_amounts(d['kind'], d['device_memory_mb'], d['hardware_threads'])}LLCWays=0, MemBW=0",
+                  f'{p}SLOT{slot_id}_{d["kind"].device_name_attr} = "{d["name"]}"']
+    for i in range(1, slot_id + 1):
+        lines += [f"{p}NUM_SLOTS_TYPE_{i} = 1", f"{p}SLOT_TYPE_{i}_PARTITIONABLE = True"]
+    return "\n".join(lines) + "\n"
+
+
+def run_micinfo(path: str) -> str | None:
+    try:
+        out = subprocess.run([path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout[:4_000_000].decode("utf-8", errors="replace") if out.returncode == 0 else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--node-config", required=True, help="the node's JSON file")
+    ap.add_argument("--local-name", required=True, help="the startd's local name, e.g. NODE1")
+    ap.add_argument("--micinfo", default=None,
+                    help="micinfo executable (default: from PATH), or a file of its saved output")
+    args = ap.parse_args(argv)
+
+    def warn(msg: str) -> None:
+        print(f"discover_devices: {msg}", file=sys.stderr)
+
+    try:
+        with open(args.node_config, encoding="utf-8") as f:
+            node = parse_node_config(json.loads(f.read(1_000_000)))
+        text = None
+        if args.micinfo and not shutil.which(args.micinfo):
+            with open(args.micinfo, encoding="utf-8", errors="replace") as f:
+                text = f.read(4_000_000)
+        else:
+            exe = shutil.which(args.micinfo or "micinfo")
+            text = run_micinfo(exe) if exe else None
+        if text is not None:
+            node = merge_micinfo(node, parse_micinfo(text), warn)
+        sys.stdout.write(render_slots(node, args.local_name))
+    except (OSError, ValueError) as e:
+        warn(str(e))
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

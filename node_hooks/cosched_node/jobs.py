@@ -1,0 +1,93 @@
+"""The agent's record of each running job it knows, one per starter, kept in DIR/jobs.json.
+
+Everything in a record comes from the slot view (the startd's claim) and /proc, plus what
+the agent itself decided (the device compute units it placed the job on) and saw (its
+watch of a spread job's co-runners and perf samples). No job can write any of it. Records
+of a starter that ended are dropped (a spread job's run record is written first), so an
+agent restart resumes with the placements of the jobs still running.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from cosched_node import rules
+from cosched_node.placement import Units, parse_units
+from cosched_node.slots import Claim
+from cosched_node.state import JOBS_NAME, read_json, write_json_atomic
+
+WATCH_KEYS = ("instructions", "cycles", "imc_bytes", "imc_seconds")
+
+
+@dataclass
+class Running:
+    """A running job on this node, keyed by its starter (pid and start time)."""
+    starter_pid: int
+    starter_start: int
+    claim: Claim
+    first_seen: float
+    units: Optional[Units] = None          # device jobs: the compute units the agent placed
+    uid: Optional[int] = None              # the job's processes' uid, once seen
+    shared: bool = False                   # spread jobs: another job ran on its socket slot
+    co_runners: List[str] = field(default_factory=list)
+    verified: bool = False                 # its processes were seen
+    last_seen: float = 0.0
+    samples: int = 0
+    perf: Dict[str, float] = field(default_factory=dict)
+    killed: Optional[str] = None
+    refused: Optional[str] = None          # device jobs: why the agent refused its start
+
+    @property
+    def key(self) -> str:
+        return f"{self.starter_pid}:{self.starter_start}"
+
+    @property
+    def is_device(self) -> bool:
+        return self.claim.device is not None
+
+    @property
+    def is_spread(self) -> bool:
+        return self.claim.device is None and self.claim.pinned and self.claim.program is not None
+
+    def to_json(self) -> Dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["units"] = [list(r) for r in self.units] if self.units is not None else None
+        return out
+
+
+def _from_json(obj: Any) -> Running:
+    if not isinstance(obj, dict) or not isinstance(obj.get("claim"), dict):
+        raise ValueError("not a record")
+    claim = Claim(**obj["claim"])
+    units = obj.get("units")
+    record = Running(
+        starter_pid=rules.count("starter_pid", obj.get("starter_pid"), 2, 2 ** 22),
+        starter_start=rules.count("starter_start", obj.get("starter_start"), 0, 2 ** 62),
+        claim=claim, first_seen=rules.number("first_seen", obj.get("first_seen"), 0, 1e11),
+        units=None if units is None else parse_units(units, claim.compute))
+    for name in ("uid", "shared", "co_runners", "verified", "last_seen", "samples", "perf", "killed", "refused"):
+        if name in obj:
+            setattr(record, name, obj[name])
+    return record
+
+
+def load(state_dir: str) -> Tuple[Dict[str, Running], List[str]]:
+    """The saved records, and what could not be read back (a record per line)."""
+    raw = read_json(state_dir, JOBS_NAME)
+    records: Dict[str, Running] = {}
+    problems: List[str] = []
+    if raw is None:
+        return records, problems
+    for item in raw if isinstance(raw, list) else []:
+        try:
+            record = _from_json(item)
+            records[record.key] = record
+        except (TypeError, ValueError) as exc:
+            problems.append(f"job record dropped: {str(exc)[:120]}")
+    return records, problems
+
+
+def save(state_dir: str, records: Dict[str, Running]) -> None:
+    write_json_atomic(state_dir, JOBS_NAME, [r.to_json() for r in records.values()])

@@ -1,0 +1,167 @@
+"""STARTD_CRON job: advertise the node's non-consumable device facts as ``Attr = value`` lines.
+
+Runs periodically as condor's user.  Prints
+  CoSchedDeviceModels      "mic0=<Board SKU>,mic1=..." from ``micinfo``, else "emulated"
+  CoSchedNodeAgentAlive    true when DIR/agent.heartbeat is fresher than --max-age seconds
+  CoSchedPhiUsedMemory_<dev>, CoSchedPhiAllocatedMemory_<dev>, CoSchedPhiAllocatedThreads_<dev>,
+  CoSchedPhiBusyCores_<dev>, CoSchedPhiJobs_<dev>  from the agent's DIR/devices/<dev>.json
+  CoSchedLastKill          the newest reason in DIR/killed/ (when there is one)
+Exit codes: 0 facts printed; 2 node config invalid (prints only CoSchedNodeConfigOK = false).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional, Sequence, TextIO
+
+from cosched_node import rules
+from cosched_node.ads import format_line
+from cosched_node.config import NodeConfig, load_node_config, state_dir_for
+from cosched_node.errors import EXIT_BAD_CONFIG, EXIT_INTERNAL, EXIT_OK, ConfigError
+from cosched_node.state import log_line, read_small_file
+
+PROGRAM = "cosched_startd_cron"
+SAFE_TEXT_RE = re.compile(r"[^A-Za-z0-9 ._/:+-]")
+
+
+def parse_micinfo(text: str) -> Dict[str, Dict[str, object]]:
+    """``micinfo`` text -> {device: {"model", "active_cores", "memory_mb"}} (what is present)."""
+    devices: Dict[str, Dict[str, object]] = {}
+    current: Optional[Dict[str, object]] = None
+    for line in text.splitlines():
+        header = re.match(r"^\s*Device No:\s*\d+\s*,\s*Device Name:\s*(mic\d{1,3})\s*$", line)
+        if header:
+            current = devices.setdefault(header.group(1), {})
+            continue
+        if current is None or ":" not in line:
+            continue
+        key, _, value = (part.strip() for part in line.partition(":"))
+        if key == "Board SKU" and value:
+            current["model"] = SAFE_TEXT_RE.sub("", value)[:64]
+        elif key == "Total No of Active Cores" and value.isdigit():
+            current["active_cores"] = int(value)
+        elif key == "GDDR Size":
+            size = re.match(r"^(\d{1,9})\s*MB$", value)
+            if size:
+                current["memory_mb"] = int(size.group(1))
+    return devices
+
+
+def device_models(config: NodeConfig, micinfo_text: Optional[str]) -> str:
+    if micinfo_text is None:
+        return "emulated"
+    parsed = parse_micinfo(micinfo_text)
+    models = [f"{d.device}={parsed[d.device].get('model', 'unknown')}"
+              for d in config.devices if d.device in parsed]
+    return ",".join(models) if models else "emulated"
+
+
+def run_micinfo() -> Optional[str]:
+    path = shutil.which("micinfo")
+    if not path:
+        return None
+    try:
+        out = subprocess.run([path], capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.decode("utf-8", "replace") if out.returncode == 0 else None
+
+
+def _read_json(directory: str, name: str) -> Optional[dict]:
+    try:
+        data, _ = read_small_file(directory, name, 1 << 20)
+        obj = json.loads(data.decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _number(obj: dict, key: str) -> Optional[int]:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= rules.MAX_INT:
+        return None
+    return int(value)
+
+
+def facts(config: NodeConfig, state_dir: str, micinfo_text: Optional[str],
+          max_age_s: float, now: Optional[float] = None) -> List[str]:
+    """The ``Attr = value`` lines to print (pure apart from reading the state dir)."""
+    now = time.time() if now is None else now
+    lines = [format_line("CoSchedNodeConfigOK", True),
+             format_line("CoSchedDeviceModels", device_models(config, micinfo_text))]
+    beat = _read_json(state_dir, "agent.heartbeat")
+    beat_time = _number(beat, "time") if beat else None
+    lines.append(format_line("CoSchedNodeAgentAlive",
+                                beat_time is not None and 0 <= now - beat_time <= max_age_s))
+    for device in config.devices:
+        name = device.device or ""
+        state = _read_json(os.path.join(state_dir, "devices"), f"{name}.json")
+        if not state or not rules.DEVICE_RE.match(name):
+            continue
+        jobs = state.get("jobs")
+        for attr, key in (("CoSchedPhiUsedMemory", "used_mb"), ("CoSchedPhiAllocatedMemory", "allocated_mb"),
+                          ("CoSchedPhiAllocatedThreads", "allocated_threads"),
+                          ("CoSchedPhiBusyCores", "busy_cores")):
+            value = _number(state, key)
+            if value is not None:
+                lines.append(format_line(f"{attr}_{name}", value))
+        if isinstance(jobs, list):
+            lines.append(format_line(f"CoSchedPhiJobs_{name}", len(jobs)))
+    killed_dir = os.path.join(state_dir, "killed")
+    newest = None
+    try:
+        names = [n for n in os.listdir(killed_dir) if re.match(r"^\d{1,12}\.\d{1,9}\.json$", n)]
+    except OSError:
+        names = []
+    for name in names:
+        record = _read_json(killed_dir, name)
+        if record and isinstance(record.get("reason"), str) and _number(record, "time") is not None:
+            if newest is None or record["time"] > newest["time"]:
+                newest = record
+    if newest:
+        text = SAFE_TEXT_RE.sub("", f"{name_of(newest)} {newest['reason']}")[:200]
+        lines.append(format_line("CoSchedLastKill", text))
+    return lines
+
+
+def name_of(record: dict) -> str:
+    job = record.get("job")
+    return job if isinstance(job, str) and re.match(r"^\d{1,12}\.\d{1,9}$", job) else "?"
+
+
+def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None,
+         micinfo_text: Optional[str] = "probe") -> int:
+    stdout = sys.stdout if stdout is None else stdout
+    parser = argparse.ArgumentParser(prog=PROGRAM, description=__doc__.split("\n")[0])
+    parser.add_argument("--node-config", required=True)
+    parser.add_argument("--state-dir")
+    parser.add_argument("--max-age", type=float, default=180.0, help="heartbeat age limit, seconds")
+    try:
+        args = parser.parse_args(argv)
+        config = load_node_config(args.node_config)
+        state_dir = state_dir_for(config, {}, args.state_dir)
+    except SystemExit as exc:
+        return EXIT_BAD_CONFIG if exc.code else EXIT_OK
+    except ConfigError as exc:
+        log_line(None, PROGRAM, f"bad node config: {exc}")
+        stdout.write(format_line("CoSchedNodeConfigOK", False) + "\n")
+        return EXIT_BAD_CONFIG
+    try:
+        text = run_micinfo() if micinfo_text == "probe" else micinfo_text
+        stdout.write("\n".join(facts(config, state_dir, text, args.max_age)) + "\n")
+    except Exception as exc:  # a cron job never dies with a traceback
+        log_line(None, PROGRAM, f"internal error {exc.__class__.__name__}: {exc}")
+        stdout.write(format_line("CoSchedNodeConfigOK", True) + "\n")
+        return EXIT_INTERNAL
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
