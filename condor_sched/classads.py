@@ -21,6 +21,12 @@ from typing import Any, Iterable, Iterator, Mapping
 import classad2
 from cosched_node import rules
 
+# classad2 switches on HTCondor's ClassAd semantics (``MY.`` names the ad itself, as in the
+# daemons) the first time it parses an ad that has an attribute; until then ``MY.Name`` in a
+# slot's START is undefined and no job matches. The JSON reader builds ads from values
+# without parsing any, so a process that reads only JSON (``condor-sched plan``) parses one here.
+classad2.parseOne("CoSchedClassAdSemantics = true")
+
 from condor_sched.consistency import consistent_state, distinct_slots
 from condor_sched.device_kinds import DeviceKind, device_kinds
 from condor_sched.model import (

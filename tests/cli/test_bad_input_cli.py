@@ -2,6 +2,8 @@
 file and the place, never a traceback."""
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -63,3 +65,11 @@ def test_plan_on_a_snapshot_with_duplicates_reports_each_copy(tmp_path):
     assert sum("duplicate Name" in r for r in reasons) == 2
     planned = [a["job"] for a in out["assignments"]]
     assert len(planned) == len(set(planned))
+
+
+def test_plan_in_a_fresh_process_matches_jobs_to_slots_whose_start_says_my():
+    """The bundled snapshot's START refers to ``MY.Name``; a process that reads only JSON
+    must still evaluate it (classad2 turns MY on when it first parses an ad)."""
+    out = subprocess.run([sys.executable, "-m", "condor_sched", "plan"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "policy knapsack: 15 placed, 25 unplaced" in out.stdout, out.stdout[:500]

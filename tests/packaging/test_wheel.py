@@ -80,6 +80,8 @@ def test_the_wheel_holds_the_data_files_and_executable_hooks(installed: Installe
                  *(f"config.d/{s}" for s in SNIPPETS)):
         assert data + name in members
     assert members[data + "node_hooks/cosched_prepare_job.py"].external_attr >> 16 & stat.S_IXUSR
+    # The node package ships twice: as node programs' files, and as the package the planner imports.
+    assert data + "node_hooks/cosched_node/agent.py" in members and "cosched_node/rules.py" in members
     assert not [n for n in members if "__pycache__" in n or n.endswith(".pyc")]
 
 
@@ -108,8 +110,8 @@ def test_simulate_finds_the_bundled_profiles_and_runs_both_models(installed: Ins
 def test_install_node_and_config_hand_out_the_shipped_files(installed: InstalledWheel):
     target = installed.outside / "libexec" / "condor_sched"
     out = installed.condor_sched("install-node", str(target))
-    hooks = sorted(p.name for p in target.iterdir())
-    assert "cosched_prepare_job.py" in hooks and out.count("wrote") == len(hooks)
+    hooks = sorted(str(p.relative_to(target)) for p in target.rglob("*.py"))
+    assert "cosched_prepare_job.py" in hooks and "cosched_node/rules.py" in hooks and out.count("wrote") == len(hooks)
     assert all(os.access(target / name, os.X_OK) for name in hooks)
     assert installed.condor_sched("config", "--list").split() == SNIPPETS
     assert "COSCHED_POLICY" in installed.condor_sched("config", "50-cosched-sidecar.conf")
