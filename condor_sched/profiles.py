@@ -33,8 +33,11 @@ Class (Sections 4.2 and 6.1), from the run times of the scales up to ``max_scale
 * ``compact``: everything else, and every program that runs on one node only
   (``max_scale: 1``, e.g. GAN and RNN), which cannot be spread at all.
 
-A file that cannot be used raises :class:`ProfileError` naming the file and the field;
-:meth:`ProfileStore.load_dir` skips such a file and records why in ``store.skipped``.
+A file that cannot be used (not UTF-8, not YAML, beyond the reader's bounds, an unknown
+key, a value out of range) raises :class:`ProfileError` naming the file and the field;
+:meth:`ProfileStore.load_dir` skips such a file and records why in ``store.skipped`` (the
+sidecar logs one warning line per skipped file and runs on). A directory that cannot be
+listed, or holds more than ``MAX_PROFILE_FILES`` files, is an error.
 """
 from __future__ import annotations
 
@@ -53,8 +56,10 @@ SCALE_FACTORS = (1, 2, 4, 8)
 NEUTRAL_SPREAD = 0.05
 SCALING_GAIN = 0.05
 PROGRAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
-#: The most [ways, value] points of one curve (profilers sample a few way counts).
+#: The most [ways, value] points of one curve (profilers sample a few way counts), and the
+#: most profile files of a directory.
 MAX_CURVE_POINTS = 64
+MAX_PROFILE_FILES = 10_000
 PROFILE_KEYS = ("program", "max_scale", "reference_processes", "runtime_s", "curves")
 CURVE_KEYS = ("ipc_llc", "bw_llc_gbs")
 _EPS = 1e-9
@@ -242,14 +247,20 @@ class ProfileStore:
         repeated program is skipped with its reason in ``skipped``."""
         store = cls()
         directory = Path(directory)
-        files = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml")) if directory.is_dir() else []
         if not directory.is_dir():
             store.skipped.append(Skipped(str(directory), "profile directory does not exist"))
+            return store
+        try:
+            files = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml"))
+        except OSError as e:
+            raise ProfileError(f"{directory}: cannot list the profile directory: {e.strerror}") from None
+        if len(files) > MAX_PROFILE_FILES:
+            raise ProfileError(f"{directory}: more than {MAX_PROFILE_FILES} profile files")
         for path in files:
             try:
                 store.add(load_profile(path))
             except ProfileError as e:
-                store.skipped.append(Skipped(str(path), str(e)))
+                store.skipped.append(Skipped(str(path), str(e).removeprefix(f"{path}: ")))
         return store
 
     def add(self, profile: Profile) -> None:

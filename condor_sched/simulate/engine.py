@@ -62,8 +62,9 @@ if TYPE_CHECKING:
 
 #: Domain of simulated slot names (slotN@node@node.DOMAIN), as in the local pool.
 SIM_DOMAIN = "sim"
-#: HTCondor's NEGOTIATOR_INTERVAL default.
+#: HTCondor's NEGOTIATOR_INTERVAL default, and the shortest and longest a simulation takes.
 DEFAULT_CYCLE_S = 60.0
+MIN_CYCLE_S, MAX_CYCLE_S = 0.1, 86400.0
 #: Cycles an empty pool with idle jobs and no arrivals may go on, beyond aging and unpinning,
 #: without a start before the run stops (module docstring).
 STALL_GRACE_CYCLES = 3
@@ -217,8 +218,8 @@ class Simulation:
                  settings: PlanSettings | None = None, profiles: ProfileStore | None = None,
                  unpin_age_cycles: int = 3, record: bool = False,
                  progress: Callable[[int], None] | None = None) -> None:
-        if cycle_s <= 0:
-            raise ValueError("the cycle interval must be > 0 s")
+        if not MIN_CYCLE_S <= cycle_s <= MAX_CYCLE_S:
+            raise ValueError(f"the cycle interval must be {MIN_CYCLE_S} to {MAX_CYCLE_S:g} s, got {cycle_s!r}")
         self.policy = policy
         self.cycle_s = cycle_s
         self.seed = seed
