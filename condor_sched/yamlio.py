@@ -24,6 +24,8 @@ MAX_YAML_ALIASES = 1000
 MAX_YAML_NODES = 1_000_000
 #: The largest number any count, size or time of these files may hold.
 MAX_NUMBER = 10**12
+#: Keys with this prefix are ignored by every schema: a place for anchors (``x-defaults: &d``).
+EXTENSION_PREFIX = "x-"
 #: Longest rendering of a value inside an error message.
 MAX_SHOWN_CHARS = 80
 
@@ -141,10 +143,11 @@ def load_yaml(path: str | Path, error: type[Exception]) -> Any:
 
 def check_keys(where: str, raw: dict[Any, Any], known: Iterable[str], error: type[Exception]) -> None:
     """Raise ``error`` naming the first key of ``raw`` not in ``known`` (with the closest known
-    key when one is close): a misspelt key must not be silently ignored."""
+    key when one is close): a misspelt key must not be silently ignored. Keys that start
+    with ``EXTENSION_PREFIX`` are left to the file's author (a place for anchors)."""
     known = tuple(known)
     for key in raw:
-        if key not in known:
+        if key not in known and not (isinstance(key, str) and key.startswith(EXTENSION_PREFIX)):
             close = difflib.get_close_matches(str(key), known, n=1) if isinstance(key, str) else []
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise error(f"{where}: unknown key {shown(key)}{hint}; known: {', '.join(known)}")

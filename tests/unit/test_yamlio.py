@@ -124,6 +124,12 @@ def test_misspelt_profile_keys_are_refused(tmp_path):
         load_profile(write(tmp_path, good.replace("ipc_llc", "ipc_lc", 1)))
 
 
+def test_anchors_under_an_x_key_and_merge_keys_still_work(tmp_path):
+    path = write(tmp_path, "x-node: &d {cores: 8, memory_mb: 8192, sockets: [{llc_ways: 20, mem_bw_gbs: 50}]}\n"
+                           "nodes:\n  - {<<: *d, name: n1}\n  - {<<: *d, name: n2, cores: 16}\n")
+    assert [n.cores for n in load_inventory(path).nodes] == [8, 16]
+
+
 def test_shipped_examples_still_load():
     store = ProfileStore.load_dir(default_profiles_dir())
     assert len(store) == 12 and not store.skipped
