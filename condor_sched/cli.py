@@ -9,6 +9,10 @@ from pathlib import Path
 import click
 
 from condor_sched import report
+from condor_sched.options import (
+    MAX_AGE_CYCLES, MAX_GRANULARITY_MB, MAX_SOLVER_TIME_LIMIT_S, MIN_SOLVER_TIME_LIMIT_S, SEED,
+    THREAD_OVERCOMMIT, BoundedFloat, bounded_int,
+)
 from condor_sched.classads import SnapshotError
 from condor_sched.policies.base import PolicyError, PolicyKind, get_policy, policy_names
 from condor_sched.resources import default_snapshot_dir
@@ -74,19 +78,20 @@ def show(queue: Path, machines: Path, as_json: bool) -> None:
               help="Planning policy; a spread policy (sns, sns-global, ce, cs) replaces --spread-policy.")
 @click.option("--spread-policy", default="sns", show_default=True, type=click.Choice(["none", *policy_names(PolicyKind.SPREAD)]),
               help="Policy for +CoSchedProgram jobs (COSCHED_SPREAD_POLICY); none leaves them.")
-@click.option("--granularity-mb", type=click.IntRange(min=1), default=50, show_default=True,
+@click.option("--granularity-mb", type=bounded_int(1, MAX_GRANULARITY_MB), default=50, show_default=True,
               help="Device memory granularity of the knapsack.")
 @click.option("--solver", type=click.Choice(["dp", "ortools"]), default="dp", show_default=True,
               help="Exact per-device knapsack solver.")
-@click.option("--time-limit", type=click.FloatRange(min=0.01), default=2.0, show_default=True,
+@click.option("--time-limit", type=BoundedFloat(MIN_SOLVER_TIME_LIMIT_S, MAX_SOLVER_TIME_LIMIT_S), default=2.0,
+              show_default=True,
               help="CP-SAT time limit (s) of global policies.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random policy.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random policy.")
 @click.option("--deterministic", is_flag=True,
               help="One CP-SAT worker and a deterministic time limit: the same plan on every run.")
-@click.option("--thread-overcommit", type=click.FloatRange(min=1.0), default=1.0, show_default=True,
+@click.option("--thread-overcommit", type=THREAD_OVERCOMMIT, default=1.0, show_default=True,
               help="Device threads a plan may use, as a multiple of each device's threads (what-if: "
                    "a live pool accounts only the device compute its nodes advertise).")
-@click.option("--unpin-age-cycles", type=click.IntRange(min=1), default=3, show_default=True,
+@click.option("--unpin-age-cycles", type=bounded_int(1, MAX_AGE_CYCLES), default=3, show_default=True,
               help="Unpin a pin not matched within this many cycles (COSCHED_UNPIN_AGE_CYCLES).")
 @click.option("--profiles", "profiles_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Spread-n-Share profile directory (default: the bundled profiles).")

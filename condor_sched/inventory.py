@@ -35,10 +35,17 @@ from typing import Any
 from condor_sched import resources
 from condor_sched.device_kinds import DEFAULT_KIND, DeviceKindError, device_kind
 from condor_sched.model import Resources, Slot, SlotKind
-from condor_sched.yamlio import checked_number, load_yaml
+from condor_sched.yamlio import check_keys, checked_number, load_yaml, shown
 
 NODE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 DEVICE_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
+#: The most nodes of an inventory, and sockets and devices of a node.
+MAX_NODES = 10_000
+MAX_SOCKETS = 16
+MAX_DEVICES = 64
+NODE_KEYS = ("name", "cores", "memory_mb", "sockets", "devices")
+SOCKET_KEYS = ("llc_ways", "mem_bw_gbs")
+DEVICE_KEYS = ("name", "memory_mb", "hardware_threads", "host_cores", "host_memory_mb", "kind")
 
 
 class InventoryError(ValueError):
@@ -100,11 +107,12 @@ def _parse_node(where: str, raw: Any) -> Node:
         raise InventoryError(f"{where}: a node must be a mapping")
     name = raw.get("name")
     if not isinstance(name, str) or not NODE_NAME.match(name):
-        raise InventoryError(f"{where}: 'name' must match {NODE_NAME.pattern}, got {name!r}")
+        raise InventoryError(f"{where}: 'name' must match {NODE_NAME.pattern}, got {shown(name)}")
     where = f"{where} ({name})"
+    check_keys(where, raw, NODE_KEYS, InventoryError)
     sockets_raw = raw.get("sockets")
-    if not isinstance(sockets_raw, list) or not sockets_raw:
-        raise InventoryError(f"{where}: 'sockets' must be a non-empty list")
+    if not isinstance(sockets_raw, list) or not 1 <= len(sockets_raw) <= MAX_SOCKETS:
+        raise InventoryError(f"{where}: 'sockets' must be a list of 1 to {MAX_SOCKETS} sockets")
     sockets = tuple(
         Socket(
             cache_id=i,
@@ -112,19 +120,20 @@ def _parse_node(where: str, raw: Any) -> Node:
             mem_bw_gbs=_number(f"{where} socket {i}", s, "mem_bw_gbs", float, 0),
         )
         for i, s in enumerate(sockets_raw)
-        if isinstance(s, dict) or _raise(f"{where} socket {i}: must be a mapping")
+        if _socket_mapping(f"{where} socket {i}", s)
     )
     devices_raw = raw.get("devices", []) or []
-    if not isinstance(devices_raw, list):
-        raise InventoryError(f"{where}: 'devices' must be a list")
+    if not isinstance(devices_raw, list) or len(devices_raw) > MAX_DEVICES:
+        raise InventoryError(f"{where}: 'devices' must be a list of at most {MAX_DEVICES} devices")
     devices = []
     for i, d in enumerate(devices_raw):
         dw = f"{where} device {i}"
         if not isinstance(d, dict):
             raise InventoryError(f"{dw}: must be a mapping")
+        check_keys(dw, d, DEVICE_KEYS, InventoryError)
         dname = d.get("name")
         if not isinstance(dname, str) or not DEVICE_NAME.match(dname):
-            raise InventoryError(f"{dw}: 'name' must match {DEVICE_NAME.pattern}, got {dname!r}")
+            raise InventoryError(f"{dw}: 'name' must match {DEVICE_NAME.pattern}, got {shown(dname)}")
         devices.append(
             Device(
                 name=dname,
@@ -150,13 +159,18 @@ def _parse_node(where: str, raw: Any) -> Node:
     return node
 
 
-def _raise(message: str) -> bool:
-    raise InventoryError(message)
+def _socket_mapping(where: str, raw: Any) -> bool:
+    """True for a socket mapping of known keys; raise otherwise."""
+    if not isinstance(raw, dict):
+        raise InventoryError(f"{where}: must be a mapping")
+    check_keys(where, raw, SOCKET_KEYS, InventoryError)
+    return True
 
 
 def parse_inventory(data: Any, source: str = "<inventory>") -> Inventory:
-    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list) or not data["nodes"]:
-        raise InventoryError(f"{source}: top level must be a mapping with a non-empty 'nodes' list")
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list) or not 1 <= len(data["nodes"]) <= MAX_NODES:
+        raise InventoryError(f"{source}: top level must be a mapping with a 'nodes' list of 1 to {MAX_NODES} nodes")
+    check_keys(source, data, ("nodes",), InventoryError)
     nodes = tuple(_parse_node(f"{source}: nodes[{i}]", n) for i, n in enumerate(data["nodes"]))
     if len({n.name for n in nodes}) != len(nodes):
         raise InventoryError(f"{source}: node names repeat")
@@ -180,8 +194,10 @@ def slot_name(slot_id: int, node: str, domain: str) -> str:
 def _kind(where: str, raw: dict[str, Any]) -> str:
     """A device's ``kind`` (default: the first registered, Xeon Phi), which must be registered."""
     name = raw.get("kind", DEFAULT_KIND)
+    if not isinstance(name, str) or not DEVICE_NAME.match(name):
+        raise InventoryError(f"{where}: 'kind' must be a device kind name, got {shown(name)}")
     try:
-        return device_kind(str(name)).name
+        return device_kind(name).name
     except DeviceKindError as e:
         raise InventoryError(f"{where}: 'kind': {e}") from None
 

@@ -33,8 +33,11 @@ Class (Sections 4.2 and 6.1), from the run times of the scales up to ``max_scale
 * ``compact``: everything else, and every program that runs on one node only
   (``max_scale: 1``, e.g. GAN and RNN), which cannot be spread at all.
 
-A file that cannot be used raises :class:`ProfileError` naming the file and the field;
-:meth:`ProfileStore.load_dir` skips such a file and records why in ``store.skipped``.
+A file that cannot be used (not UTF-8, not YAML, beyond the reader's bounds, an unknown
+key, a value out of range) raises :class:`ProfileError` naming the file and the field;
+:meth:`ProfileStore.load_dir` skips such a file and records why in ``store.skipped`` (the
+sidecar logs one warning line per skipped file and runs on). A directory that cannot be
+listed, or holds more than ``MAX_PROFILE_FILES`` files, is an error.
 """
 from __future__ import annotations
 
@@ -47,12 +50,18 @@ from typing import Any, Iterable, Mapping
 
 from condor_sched import resources
 from condor_sched.model import Skipped
-from condor_sched.yamlio import load_yaml
+from condor_sched.yamlio import MAX_NUMBER, check_keys, load_yaml, shown
 
 SCALE_FACTORS = (1, 2, 4, 8)
 NEUTRAL_SPREAD = 0.05
 SCALING_GAIN = 0.05
 PROGRAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
+#: The most [ways, value] points of one curve (profilers sample a few way counts), and the
+#: most profile files of a directory.
+MAX_CURVE_POINTS = 64
+MAX_PROFILE_FILES = 10_000
+PROFILE_KEYS = ("program", "max_scale", "reference_processes", "runtime_s", "curves")
+CURVE_KEYS = ("ipc_llc", "bw_llc_gbs")
 _EPS = 1e-9
 
 
@@ -145,31 +154,33 @@ def _fail(source: str, field_: str, message: str) -> ProfileError:
 
 
 def _positive(source: str, field_: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise _fail(source, field_, f"must be a positive number, got {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0
+            or value > MAX_NUMBER):
+        raise _fail(source, field_, f"must be a positive number up to {MAX_NUMBER:g}, got {shown(value)}")
     return float(value)
 
 
 def _scale(source: str, field_: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value not in SCALE_FACTORS:
-        raise _fail(source, field_, f"scale factors are one of {SCALE_FACTORS}, got {value!r}")
+        raise _fail(source, field_, f"scale factors are one of {SCALE_FACTORS}, got {shown(value)}")
     return value
 
 
 def _curve(source: str, field_: str, raw: Any, nonnegative: bool) -> Curve:
-    if not isinstance(raw, list) or not raw:
-        raise _fail(source, field_, "must be a non-empty list of [ways, value] pairs")
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_CURVE_POINTS:
+        raise _fail(source, field_, f"must be a list of 1 to {MAX_CURVE_POINTS} [ways, value] pairs")
     points: list[tuple[float, float]] = []
     for i, p in enumerate(raw):
         where = f"{field_}[{i}]"
         if not isinstance(p, list) or len(p) != 2:
-            raise _fail(source, where, f"must be a [ways, value] pair, got {p!r}")
+            raise _fail(source, where, f"must be a [ways, value] pair, got {shown(p)}")
         ways = _positive(source, f"{where}.ways", p[0])
         value = p[1]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 or (
             not nonnegative and value == 0
-        ):
-            raise _fail(source, f"{where}.value", f"must be a {'non-negative' if nonnegative else 'positive'} number, got {value!r}")
+        ) or value > MAX_NUMBER:
+            raise _fail(source, f"{where}.value",
+                        f"must be a {'non-negative' if nonnegative else 'positive'} number, got {shown(value)}")
         if points and ways <= points[-1][0]:
             raise _fail(source, f"{where}.ways", "way counts must be strictly increasing")
         points.append((ways, float(value)))
@@ -180,17 +191,19 @@ def parse_profile(data: Any, source: str = "<profile>") -> Profile:
     """Validate one profile document (the schema of this module) and build its Profile."""
     if not isinstance(data, dict):
         raise ProfileError(f"{source}: top level must be a mapping")
+    check_keys(source, data, PROFILE_KEYS, ProfileError)
     program = data.get("program")
     if not isinstance(program, str) or not PROGRAM_NAME.match(program):
-        raise _fail(source, "program", f"must match {PROGRAM_NAME.pattern}, got {program!r}")
+        raise _fail(source, "program", f"must match {PROGRAM_NAME.pattern}, got {shown(program)}")
     max_scale = _scale(source, "max_scale", data.get("max_scale"))
     ref = data.get("reference_processes")
-    if ref is not None and (isinstance(ref, bool) or not isinstance(ref, int) or ref < 1):
-        raise _fail(source, "reference_processes", f"must be a positive integer, got {ref!r}")
+    if ref is not None and (isinstance(ref, bool) or not isinstance(ref, int) or not 1 <= ref <= MAX_NUMBER):
+        raise _fail(source, "reference_processes", f"must be a positive integer, got {shown(ref)}")
     raw_rt = data.get("runtime_s")
     if not isinstance(raw_rt, dict) or not raw_rt:
         raise _fail(source, "runtime_s", "must be a non-empty mapping scale factor -> seconds")
-    runtime = {_scale(source, f"runtime_s.{k}", k): _positive(source, f"runtime_s.{k}", v) for k, v in raw_rt.items()}
+    runtime = {_scale(source, f"runtime_s.{shown(k)}", k): _positive(source, f"runtime_s.{shown(k)}", v)
+               for k, v in raw_rt.items()}
     if 1 not in runtime:
         raise _fail(source, "runtime_s.1", "the compact-exclusive run time (scale 1) is required")
     raw_curves = data.get("curves")
@@ -199,9 +212,10 @@ def parse_profile(data: Any, source: str = "<profile>") -> Profile:
     ipc: dict[int, Curve] = {}
     bw: dict[int, Curve] = {}
     for k, c in raw_curves.items():
-        k = _scale(source, f"curves.{k}", k)
+        k = _scale(source, f"curves.{shown(k)}", k)
         if not isinstance(c, dict):
             raise _fail(source, f"curves.{k}", "must be a mapping with 'ipc_llc' and 'bw_llc_gbs'")
+        check_keys(f"{source}: curves.{k}", c, CURVE_KEYS, ProfileError)
         ipc[k] = _curve(source, f"curves.{k}.ipc_llc", c.get("ipc_llc"), nonnegative=False)
         bw[k] = _curve(source, f"curves.{k}.bw_llc_gbs", c.get("bw_llc_gbs"), nonnegative=True)
     if 1 not in ipc:
@@ -233,14 +247,20 @@ class ProfileStore:
         repeated program is skipped with its reason in ``skipped``."""
         store = cls()
         directory = Path(directory)
-        files = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml")) if directory.is_dir() else []
         if not directory.is_dir():
             store.skipped.append(Skipped(str(directory), "profile directory does not exist"))
+            return store
+        try:
+            files = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml"))
+        except OSError as e:
+            raise ProfileError(f"{directory}: cannot list the profile directory: {e.strerror}") from None
+        if len(files) > MAX_PROFILE_FILES:
+            raise ProfileError(f"{directory}: more than {MAX_PROFILE_FILES} profile files")
         for path in files:
             try:
                 store.add(load_profile(path))
             except ProfileError as e:
-                store.skipped.append(Skipped(str(path), str(e)))
+                store.skipped.append(Skipped(str(path), str(e).removeprefix(f"{path}: ")))
         return store
 
     def add(self, profile: Profile) -> None:

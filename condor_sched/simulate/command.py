@@ -7,13 +7,14 @@ from dataclasses import replace
 
 import click
 
-from condor_sched.inventory import InventoryError, load_inventory
+from condor_sched.inventory import MAX_NODES, InventoryError, load_inventory
+from condor_sched.options import AGE_CYCLES, MAX_SEQUENCES, SEED, THREAD_OVERCOMMIT, BoundedFloat, bounded_int
 from condor_sched.policies.base import PlanSettings, PolicyError
 from condor_sched.profiles import ProfileError
-from condor_sched.simulate.engine import DEFAULT_CYCLE_S, SimulationError
+from condor_sched.simulate.engine import DEFAULT_CYCLE_S, MAX_CYCLE_S, MIN_CYCLE_S, SimulationError
 from condor_sched.simulate.metrics import PlotError, to_json, write_plots
 from condor_sched.simulate.study import simulate_report, spec_for
-from condor_sched.simulate.workloads import WorkloadError, default_jobs, is_builtin
+from condor_sched.simulate.workloads import MAX_WORKLOAD_JOBS, WorkloadError, default_jobs, is_builtin
 
 #: Exit codes scripts can rely on.
 EXIT_BAD_INPUT = 2
@@ -34,25 +35,25 @@ _KEYS = ("makespan_s", "mean_wait_s", "mean_turnaround_s", "mean_slowdown", "thr
               help="phi-table1, phi-uniform, phi-normal, phi-low-skew, phi-high-skew, sns-random "
                    "(paper 000: parallel CPU jobs, profile model, Xeon nodes; policies ce, cs, sns, "
                    "sns-global), or a .swf/.yaml path.")
-@click.option("--jobs", type=click.IntRange(min=1), default=None,
+@click.option("--jobs", type=bounded_int(1, MAX_WORKLOAD_JOBS), default=None,
               help="Jobs to generate (built-in workloads, default 1000; sns-random 20) or to read (files, default all).")
-@click.option("--nodes", type=click.IntRange(min=1), default=None,
+@click.option("--nodes", type=bounded_int(1, MAX_NODES), default=None,
               help="Nodes: K one-Phi (sns-random: dual-Xeon) nodes (default 8), or the first K nodes of "
                    "--inventory (default all).")
 @click.option("--policy", default="knapsack", show_default=True, help="A registered policy name.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seeds the workload and the policy.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seeds the workload and the policy.")
 @click.option("--inventory", "inventory_path", type=click.Path(dir_okay=False), default=None,
               help="Node inventory YAML (as the local pool's); default: paper 002's one-Phi nodes.")
-@click.option("--sequences", type=click.IntRange(min=1), default=None,
+@click.option("--sequences", type=bounded_int(1, MAX_SEQUENCES), default=None,
               help="Run M independently seeded sequences and report their means.")
 @click.option("--footprint-against", "footprint_against", default=None, metavar="P0",
               help="Also report the fewest nodes at which --policy matches P0's makespan on --nodes.")
-@click.option("--cycle-s", "cycle_s", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_CYCLE_S,
+@click.option("--cycle-s", "cycle_s", type=BoundedFloat(MIN_CYCLE_S, MAX_CYCLE_S), default=DEFAULT_CYCLE_S,
               show_default=True, help="Negotiation interval (HTCondor's NEGOTIATOR_INTERVAL).")
-@click.option("--age-limit-cycles", "age_limit_cycles", type=click.IntRange(min=0), default=None,
+@click.option("--age-limit-cycles", "age_limit_cycles", type=AGE_CYCLES, default=None,
               help="The policies' aging limit (PlanSettings.age_limit_cycles; default: the sidecar's). "
                    "scripts/reproduce turns aging off, as paper 002 has none.")
-@click.option("--thread-overcommit", "thread_overcommit", type=click.FloatRange(min=1.0), default=1.0,
+@click.option("--thread-overcommit", "thread_overcommit", type=THREAD_OVERCOMMIT, default=1.0,
               show_default=True, help="Device threads a plan may use, as a multiple of the hardware threads "
                                       "(the offload model serialises what oversubscribes them, as COSMIC does).")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")

@@ -32,6 +32,13 @@ cycle memory): a cycle at which some idle job turns starving is decided again.
 
 Cycle numbers are negotiation ticks (time / ``cycle_s``), so ages count simulated cycles
 even where the engine skips unchanged ones.
+
+A run always ends. When nothing runs, nothing is left to arrive and idle jobs remain, the
+policy has ``age_limit_cycles`` (for the jobs to turn starving), ``unpin_age_cycles`` (for
+unmatched pins to be taken back) and ``STALL_GRACE_CYCLES`` more cycles to start one; if
+none starts, no job ever will, and the run stops with a :class:`SimulationError` that
+names the jobs and why each waits (the cycle's own reason, e.g. "needs 16 cpus, the
+largest slot has 8").
 """
 from __future__ import annotations
 
@@ -55,8 +62,14 @@ if TYPE_CHECKING:
 
 #: Domain of simulated slot names (slotN@node@node.DOMAIN), as in the local pool.
 SIM_DOMAIN = "sim"
-#: HTCondor's NEGOTIATOR_INTERVAL default.
+#: HTCondor's NEGOTIATOR_INTERVAL default, and the shortest and longest a simulation takes.
 DEFAULT_CYCLE_S = 60.0
+MIN_CYCLE_S, MAX_CYCLE_S = 0.1, 86400.0
+#: Cycles an empty pool with idle jobs and no arrivals may go on, beyond aging and unpinning,
+#: without a start before the run stops (module docstring).
+STALL_GRACE_CYCLES = 3
+#: Idle jobs an unplaceable-jobs error names (it says how many more there are).
+NAMED_JOBS = 5
 #: Bandwidth (GB/s) a socket may appear over-committed by float rounding of the plans.
 BW_TOLERANCE_GBS = 1e-6
 
@@ -205,8 +218,8 @@ class Simulation:
                  settings: PlanSettings | None = None, profiles: ProfileStore | None = None,
                  unpin_age_cycles: int = 3, record: bool = False,
                  progress: Callable[[int], None] | None = None) -> None:
-        if cycle_s <= 0:
-            raise ValueError("the cycle interval must be > 0 s")
+        if not MIN_CYCLE_S <= cycle_s <= MAX_CYCLE_S:
+            raise ValueError(f"the cycle interval must be {MIN_CYCLE_S} to {MAX_CYCLE_S:g} s, got {cycle_s!r}")
         self.policy = policy
         self.cycle_s = cycle_s
         self.seed = seed
@@ -265,6 +278,12 @@ class Simulation:
         self.invalid_assignments = 0
         self.pins_kept = 0
         self.unpins = 0
+        self.unpin_age_cycles = unpin_age_cycles
+        #: Why each idle proc waits, as the last decided cycle said.
+        self.reasons: Mapping[JobKey, str] = {}
+        #: The first cycle of the current stretch with idle jobs, nothing running, nothing to
+        #: arrive and no start, and the number of jobs started when it began.
+        self._stalled_since: tuple[int, int] | None = None
 
     # --- the Clock a runtime model sees ----------------------------------------------------
 
@@ -323,18 +342,17 @@ class Simulation:
     def _cycle(self, tick: int, now: float) -> None:
         self.cycles += 1
         next_tick = tick + 1
+        self._check_stall(tick)
         if self.idle and (self.dirty or self.pins or self._someone_turns_starving(tick)):
             self._decide(tick, now)
         elif self.idle and not self.running and not self.future_arrivals:
             # Nothing will change but aging: jump to the next cycle at which a job turns
             # starving, or give up when none will.
             limit = self.base_settings.age_limit_cycles
-            later = [self.first_seen_cycle.get(j.key, tick) + limit + 1 for j in self.idle.values()]
+            later = [self._first_seen(j, tick) + limit + 1 for j in self.idle.values()]
             later = [t for t in later if t > tick]
             if not later:
-                stuck = ", ".join(str(j.key) for j in list(self.idle.values())[:5])
-                raise SimulationError(f"policy {self.policy.name!r} can place none of the {len(self.idle)} "
-                                      f"idle jobs on an empty pool (e.g. {stuck})")
+                raise self._unplaceable()
             next_tick = min(later)
         if not self.idle:
             # Nothing to place until the next arrival: skip the empty cycles up to it.
@@ -343,9 +361,43 @@ class Simulation:
             next_tick = max(next_tick, math.ceil(self._arrivals[-self.future_arrivals] / self.cycle_s))
         self.schedule(next_tick * self.cycle_s, lambda t, n=next_tick: self._cycle(n, t), _CYCLE)
 
+    def _first_seen(self, job: SimJob, tick: int) -> int:
+        """The cycle the first of ``job``'s procs was seen (the cycle memory keys procs)."""
+        return min(self.first_seen_cycle.get(k, tick) for k in job.proc_keys())
+
     def _someone_turns_starving(self, tick: int) -> bool:
         limit = self.base_settings.age_limit_cycles
-        return any(tick - self.first_seen_cycle.get(j.key, tick) == limit + 1 for j in self.idle.values())
+        return any(tick - self._first_seen(j, tick) == limit + 1 for j in self.idle.values())
+
+    def _check_stall(self, tick: int) -> None:
+        """Raise :meth:`_unplaceable` once an empty pool with idle jobs and no arrivals has
+        gone without a start for longer than aging and unpinning take (module docstring)."""
+        started = self.running + self.finished
+        if not self.idle or self.running or self.future_arrivals:
+            self._stalled_since = None
+            return
+        if self._stalled_since is None or self._stalled_since[1] != started:
+            self._stalled_since = (tick, started)
+        patience = self.base_settings.age_limit_cycles + self.unpin_age_cycles + STALL_GRACE_CYCLES
+        if tick - self._stalled_since[0] > patience:
+            raise self._unplaceable()
+
+    def _unplaceable(self) -> SimulationError:
+        """The error that ends a run whose idle jobs no cycle will ever start, naming them."""
+        waiting = sorted(self.idle.values(), key=lambda j: j.index)
+        described = []
+        for job in waiting[:NAMED_JOBS]:
+            what = (f"{job.procs} procs of {job.program}" if job.is_parallel
+                    else f"{job.device_memory_mb} MB, {job.device_threads} threads of {job.device_kind}")
+            key = job.proc_keys()[0]
+            reason = self.reasons.get(key) or "no cycle placed it"
+            if key in self.pins:
+                reason = f"{reason}; its pins never fit ({self.refused_starts + self.memory_oversubscriptions} " \
+                         "starts refused)"
+            described.append(f"{key} ({what}): {reason}")
+        more = f"; and {len(waiting) - NAMED_JOBS} more" if len(waiting) > NAMED_JOBS else ""
+        return SimulationError(f"policy {self.policy.name!r} can place none of the {len(waiting)} idle jobs on an "
+                               f"empty pool with no job to come: {'; '.join(described)}{more}")
 
     def decide(self, memory: CycleMemory) -> CycleDecision:
         """The sidecar's cycle on the simulated pool as it is now (nothing applied)."""
@@ -357,6 +409,7 @@ class Simulation:
         self.plans += 1
         decision = self.decide(CycleMemory(tick, self.first_seen_cycle))
         self.first_seen_cycle = decision.first_seen
+        self.reasons = decision.reasons
         self.pins_kept += len(decision.kept)
         self.unpins += len(decision.unpins)
         for unpin in decision.unpins:

@@ -21,6 +21,13 @@ YAML workload format (one mapping with a ``jobs`` list; units in the key names):
         offload_fraction: 0.8    # optional, default offload.OFFLOAD_FRACTION
         offloads: 10             # optional, default offloads_for_runtime(runtime_s)
         count: 5                 # optional, default 1: this many identical jobs
+
+Bounds (named constants below): a workload holds at most ``MAX_WORKLOAD_JOBS`` jobs (a
+``count`` too; ``--jobs`` applies while ``count`` is expanded); ``runtime_s`` and
+``arrival_s`` at most ``MAX_RUNTIME_S`` (a year) and ``MAX_ARRIVAL_S`` (ten), ``offloads``
+at most ``MAX_OFFLOADS``. A key not listed above is an error naming it. SWF files are at
+most ``MAX_SWF_BYTES``, their lines ``MAX_SWF_LINE_BYTES``, and hold the same run time
+and arrival bounds.
 """
 from __future__ import annotations
 
@@ -29,13 +36,13 @@ import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from condor_sched.device_kinds import DEFAULT_KIND
 from condor_sched.model import Job, JobKey, JobStatus, Resources, Skipped
 from condor_sched.profiles import ProfileStore, default_profiles_dir
 from condor_sched.simulate import offload
-from condor_sched.yamlio import checked_number, load_yaml
+from condor_sched.yamlio import check_keys, checked_number, load_yaml, shown
 
 #: The schedd name of every simulated job (JobKey.schedd).
 SIM_SCHEDD = "sim"
@@ -52,6 +59,18 @@ MIN_THREADS, MAX_THREADS, THREAD_STEP = 60, 240, 60
 PROC_MEMORY_MB = 1024
 #: Device jobs are the procs of cluster 1; parallel job i is cluster i + PARALLEL_CLUSTER_OFFSET.
 PARALLEL_CLUSTER_OFFSET = 2
+#: The most jobs a workload (built-in, SWF or YAML, ``count`` expanded) may hold.
+MAX_WORKLOAD_JOBS = 100_000
+#: The longest exclusive run time of a simulated job (a year), and its latest arrival (ten).
+MAX_RUNTIME_S = 365 * 86400.0
+MAX_ARRIVAL_S = 10 * MAX_RUNTIME_S
+#: The most offloads of one simulated job (each is a few simulator events).
+MAX_OFFLOADS = 10_000
+#: The longest line, and the most bytes, of an SWF file.
+MAX_SWF_LINE_BYTES = 4096
+MAX_SWF_BYTES = 1024**3
+YAML_JOB_KEYS = ("program", "device_memory_mb", "device_threads", "runtime_s", "arrival_s", "offload_fraction",
+                 "offloads", "count")
 
 
 class WorkloadError(ValueError):
@@ -250,6 +269,26 @@ def swf_request(processors: float, memory_kb: float) -> tuple[int, int]:
     return memory, threads
 
 
+def _swf_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line of an SWF file, read as it is consumed; a line that is
+    longer than ``MAX_SWF_LINE_BYTES`` or not UTF-8 raises :class:`WorkloadError`."""
+    read = 0
+    try:
+        with path.open("rb") as f:
+            for lineno, raw in enumerate(iter(lambda: f.readline(MAX_SWF_LINE_BYTES + 1), b""), 1):
+                read += len(raw)
+                if len(raw) > MAX_SWF_LINE_BYTES:
+                    raise WorkloadError(f"{path}:{lineno}: line longer than {MAX_SWF_LINE_BYTES} bytes")
+                if read > MAX_SWF_BYTES:
+                    raise WorkloadError(f"{path}:{lineno}: file larger than {MAX_SWF_BYTES} bytes")
+                try:
+                    yield lineno, raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise WorkloadError(f"{path}:{lineno}: not UTF-8 text (byte {e.start} of the line)") from None
+    except OSError as e:
+        raise WorkloadError(f"{path}: cannot read: {e.strerror}") from None
+
+
 def read_swf(path: str | Path, limit: int | None = None) -> Workload:
     """Read a Standard Workload Format log (18 fields; ``;`` comments; -1 = missing).
 
@@ -261,14 +300,11 @@ def read_swf(path: str | Path, limit: int | None = None) -> Workload:
     processors (else allocated) and requested memory (else used memory).
     """
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise WorkloadError(f"{path}: cannot read: {e.strerror}") from None
+    wanted = MAX_WORKLOAD_JOBS if limit is None else min(limit, MAX_WORKLOAD_JOBS)
     jobs: list[SimJob] = []
     skipped: list[Skipped] = []
     first_submit: float | None = None
-    for lineno, line in enumerate(text.splitlines(), 1):
+    for lineno, line in _swf_lines(path):
         stripped = line.strip()
         if not stripped or stripped.startswith(";"):
             continue
@@ -280,9 +316,9 @@ def read_swf(path: str | Path, limit: int | None = None) -> Workload:
             try:
                 value = float(raw)
             except ValueError:
-                raise WorkloadError(f"{path}:{lineno}: field '{name}' is not a number: {raw!r}") from None
+                raise WorkloadError(f"{path}:{lineno}: field '{name}' is not a number: {shown(raw)}") from None
             if not math.isfinite(value):
-                raise WorkloadError(f"{path}:{lineno}: field '{name}' is not finite: {raw!r}")
+                raise WorkloadError(f"{path}:{lineno}: field '{name}' is not finite: {shown(raw)}")
             values[name] = value
         what = f"{path}:{lineno} (job {parts[0]})"
         runtime = values["run_time"] if values["run_time"] > 0 else values["requested_time"]
@@ -303,11 +339,13 @@ def read_swf(path: str | Path, limit: int | None = None) -> Workload:
             memory_kb = values["used_memory_kb"]
         if first_submit is None:
             first_submit = values["submit_time"]
+        arrival = max(0.0, values["submit_time"] - first_submit)
+        if runtime > MAX_RUNTIME_S or arrival > MAX_ARRIVAL_S:
+            raise WorkloadError(f"{what}: run time above {MAX_RUNTIME_S:g} s or arrival above {MAX_ARRIVAL_S:g} s")
         memory, threads = swf_request(processors, memory_kb)
-        jobs.append(SimJob(len(jobs), "swf", memory, threads, runtime,
-                           arrival_s=max(0.0, values["submit_time"] - first_submit),
+        jobs.append(SimJob(len(jobs), "swf", memory, threads, runtime, arrival_s=arrival,
                            offloads=offloads_for_runtime(runtime)))
-        if limit is not None and len(jobs) >= limit:
+        if len(jobs) >= wanted:
             break
     if not jobs:
         raise WorkloadError(f"{path}: no usable job")
@@ -317,41 +355,47 @@ def read_swf(path: str | Path, limit: int | None = None) -> Workload:
 # --- YAML ---------------------------------------------------------------------------------
 
 def _yaml_number(where: str, raw: dict[str, Any], key: str, kind: type, minimum: float,
-                 default: Any = None, strict_minimum: bool = False) -> Any:
-    return checked_number(where, raw, key, kind, minimum, WorkloadError, default, strict_minimum)
+                 default: Any = None, strict_minimum: bool = False, maximum: float | None = None) -> Any:
+    bound = {} if maximum is None else {"maximum": maximum}
+    return checked_number(where, raw, key, kind, minimum, WorkloadError, default, strict_minimum, **bound)
 
 
 def read_yaml(path: str | Path, limit: int | None = None) -> Workload:
-    """Read the YAML workload format of this module's docstring."""
+    """Read the YAML workload format of this module's docstring: the first ``limit`` jobs
+    (``count`` expanded), at most ``MAX_WORKLOAD_JOBS``."""
     path = Path(path)
     data = load_yaml(path, WorkloadError)
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), list) or not data["jobs"]:
         raise WorkloadError(f"{path}: top level must be a mapping with a non-empty 'jobs' list")
+    check_keys(str(path), data, ("jobs",), WorkloadError)
+    wanted = MAX_WORKLOAD_JOBS if limit is None else min(limit, MAX_WORKLOAD_JOBS)
     jobs: list[SimJob] = []
     for i, raw in enumerate(data["jobs"]):
         where = f"{path}: jobs[{i}]"
         if not isinstance(raw, dict):
             raise WorkloadError(f"{where}: must be a mapping")
+        check_keys(where, raw, YAML_JOB_KEYS, WorkloadError)
         program = raw.get("program", "yaml")
-        if not isinstance(program, str):
-            raise WorkloadError(f"{where}: 'program' must be a string, got {program!r}")
-        runtime = _yaml_number(where, raw, "runtime_s", float, 0, strict_minimum=True)
-        fraction = _yaml_number(where, raw, "offload_fraction", float, 0, default=offload.OFFLOAD_FRACTION)
-        if fraction > 1:
-            raise WorkloadError(f"{where}: 'offload_fraction' must be <= 1, got {fraction!r}")
+        if not isinstance(program, str) or len(program) > 64:
+            raise WorkloadError(f"{where}: 'program' must be a string of at most 64 characters, got {shown(program)}")
+        runtime = _yaml_number(where, raw, "runtime_s", float, 0, strict_minimum=True, maximum=MAX_RUNTIME_S)
+        fraction = _yaml_number(where, raw, "offload_fraction", float, 0, default=offload.OFFLOAD_FRACTION,
+                                maximum=1)
         template = dict(
             program=program,
             device_memory_mb=_yaml_number(where, raw, "device_memory_mb", int, 1),
             device_threads=_yaml_number(where, raw, "device_threads", int, 1),
             exclusive_runtime_s=runtime,
-            arrival_s=_yaml_number(where, raw, "arrival_s", float, 0, default=0.0),
+            arrival_s=_yaml_number(where, raw, "arrival_s", float, 0, default=0.0, maximum=MAX_ARRIVAL_S),
             offload_fraction=fraction,
-            offloads=_yaml_number(where, raw, "offloads", int, 1, default=offloads_for_runtime(runtime)),
+            offloads=_yaml_number(where, raw, "offloads", int, 1, default=offloads_for_runtime(runtime),
+                                  maximum=MAX_OFFLOADS),
         )
-        for _ in range(_yaml_number(where, raw, "count", int, 1, default=1)):
+        count = _yaml_number(where, raw, "count", int, 1, default=1, maximum=MAX_WORKLOAD_JOBS)
+        if limit is None and len(jobs) + count > MAX_WORKLOAD_JOBS:
+            raise WorkloadError(f"{where}: the workload expands to more than {MAX_WORKLOAD_JOBS} jobs")
+        for _ in range(min(count, wanted - len(jobs))):
             jobs.append(SimJob(len(jobs), **template))
-    if limit is not None:
-        jobs = jobs[:limit]
     return Workload(str(path), tuple(jobs))
 
 
