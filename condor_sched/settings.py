@@ -1,9 +1,11 @@
 """The sidecar's settings: HTCondor knobs ``COSCHED_*`` (defaults in config.d/50-cosched-sidecar.conf)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from condor_sched import options
 from condor_sched.device_kinds import device_kinds
 from condor_sched.policies.base import PlanSettings, PolicyKind, policy_names
 
@@ -41,6 +43,17 @@ _KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
 }
 
 
+#: The numeric knobs' ranges: those of the matching command-line options (options.py).
+_RANGES: dict[str, tuple[float, float]] = {
+    "COSCHED_UNPIN_AGE_CYCLES": (1, options.MAX_AGE_CYCLES),
+    "COSCHED_AGE_LIMIT_CYCLES": (1, options.MAX_AGE_CYCLES),
+    "COSCHED_INTERVAL": (0.1, 86400.0),
+    "COSCHED_SOLVER_TIME_LIMIT": (options.MIN_SOLVER_TIME_LIMIT_S, options.MAX_SOLVER_TIME_LIMIT_S),
+    "COSCHED_MEMORY_GRANULARITY_MB": (1, options.MAX_GRANULARITY_MB),
+    "COSCHED_THREAD_OVERCOMMIT": (1.0, options.MAX_THREAD_OVERCOMMIT),
+}
+
+
 def settings_from_knobs(knobs: Mapping[str, str]) -> SidecarSettings:
     """Parse COSCHED_* knob values (a mapping like ``htcondor2.param``); unset ones keep defaults."""
     top: dict[str, object] = {}
@@ -53,8 +66,10 @@ def settings_from_knobs(knobs: Mapping[str, str]) -> SidecarSettings:
             value = parse(str(raw).strip())
         except ValueError:
             raise SettingsError(f"{knob} = {raw!r} is not a valid {parse.__name__}") from None
-        if isinstance(value, (int, float)) and value <= 0:
-            raise SettingsError(f"{knob} = {raw!r} must be positive")
+        low, high = _RANGES.get(knob, (0, math.inf))
+        if isinstance(value, (int, float)) and (not math.isfinite(value) or value <= 0 or not low <= value <= high):
+            raise SettingsError(f"{knob} = {raw!r} must be a finite number in [{low:g}, {high:g}]"
+                                if knob in _RANGES else f"{knob} = {raw!r} must be positive")
         if field.startswith("plan."):
             plan[field[5:]] = value
         else:

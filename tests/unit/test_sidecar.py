@@ -164,6 +164,15 @@ def test_knobs_are_parsed_and_bad_values_named():
         settings_from_knobs({"COSCHED_POLICY": "nope"})
 
 
+@pytest.mark.parametrize(("knob", "raw"), [("COSCHED_INTERVAL", "inf"), ("COSCHED_INTERVAL", "nan"),
+                                           ("COSCHED_INTERVAL", "1e308"), ("COSCHED_SOLVER_TIME_LIMIT", "inf"),
+                                           ("COSCHED_THREAD_OVERCOMMIT", "1e308"),
+                                           ("COSCHED_AGE_LIMIT_CYCLES", "99999999999")])
+def test_numeric_knobs_are_finite_and_bounded_like_their_options(knob, raw):
+    with pytest.raises(SettingsError, match=f"{knob} = '{raw}' must be a finite number in"):
+        settings_from_knobs({knob: raw})
+
+
 def test_the_sidecar_refuses_a_thread_overcommit_htcondor_would_not_account():
     assert settings_from_knobs({"COSCHED_THREAD_OVERCOMMIT": "1.0"}).plan.thread_overcommit == 1.0
     with pytest.raises(SettingsError, match="COSCHED_THREAD_OVERCOMMIT = 2: .*never match"):
