@@ -215,7 +215,9 @@ def build(settings: PoolSettings | None = None) -> Path:
     banner = chroot.in_chroot(settings.root, ["condor_version"]).stdout
     requirements = config.sidecar_requirements((settings.source_dir / "setup.cfg").read_text(),
                                                config.condor_version_of(banner))
-    chroot.ensure_venv(settings.root, str(config.SIDECAR_VENV), requirements, [str(config.SOURCE_DIR)],
+    # condor_sched from the source, and the node package it imports the request rules from.
+    chroot.ensure_venv(settings.root, str(config.SIDECAR_VENV), requirements,
+                       [str(config.SOURCE_DIR), str(config.HOOKS_DIR)],
                        {config.SIDECAR_COMMAND.name: config.render_sidecar_launcher()})
     return settings.root
 

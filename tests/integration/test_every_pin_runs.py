@@ -61,8 +61,8 @@ def test_users_read_why_their_jobs_wait_or_are_held_and_release_restores_require
         assert "condor_release" in ads[1]["HoldReason"]
         assert "no slot accepts it" in ads[2]["CoSchedPinReason"] and not isinstance(ads[2].get("CoSchedPinSlot"), str)
         assert ads[3]["CoSchedPinReason"].startswith(f"pinned to {ads[3]['CoSchedPinSlot']}")
-        assert ads[4]["JobStatus"] == 5 and "RequestPhiMemory out of range" in ads[4]["HoldReason"]
-        assert ads[5]["JobStatus"] == 5 and "RequestPhiThreads must be a number" in ads[5]["HoldReason"]
+        assert ads[4]["JobStatus"] == 5 and "RequestPhiMemory = -5 is outside" in ads[4]["HoldReason"]
+        assert ads[5]["JobStatus"] == 5 and "RequestPhiThreads = 'abc' is not a number" in ads[5]["HoldReason"]
 
         explained = cli(pool, "explain", f"{clusters[0]}.0", "--live", user=pool.info.user)
         assert explained.returncode == 0, explained.stderr

@@ -105,9 +105,9 @@ def test_a_job_cannot_touch_the_agent_state_or_another_jobs_limit_and_both_are_e
         # The honest job uses 900 of its 1000 MB; the attacker 6000 of its 1024 MB.
         (probe / f"{honest}.0").write_text("900\n")
         running = wait_until(lambda: {j["job"]: j for j in _device_state(pool)["jobs"]}.get(f"{attacker}.0"),
-                        30, "the attacker in the agent's device state")
+                             "the attacker in the agent's device state", 30)
         assert running["memory_mb"] == 1024 and running["threads"] == 60
-        tried = wait_until(lambda: _job_output(pool, attacker), 60, "the attacker's report")
+        tried = wait_until(lambda: _job_output(pool, attacker), "the attacker's report", 60)
         print("attacker from inside its job:", tried)
         _refused_everything_but_its_own_placement(tried)
         # Asked as a job, the agent names that job's own placement (the one its hook was
@@ -116,7 +116,7 @@ def test_a_job_cannot_touch_the_agent_state_or_another_jobs_limit_and_both_are_e
         units = ",".join(f"{a}-{b - 1}" for a, b in tried["agent"]["units"])
         assert units == tried["env_units"], tried
         published = wait_until(lambda: {j["job"]: j["units"] for j in _device_state(pool)["jobs"]}.get(f"{attacker}.0"),
-                          30, "the attacker's units in the agent's device state")
+                               "the attacker's units in the agent's device state", 30)
         assert tried["agent"]["units"] == published, (tried, published)
         (probe / f"{attacker}.0").write_text("6000\n")
         stopped = pool.wait_for(attacker, lambda a: a["JobStatus"] != 2, ATTRS, timeout_s=60)
