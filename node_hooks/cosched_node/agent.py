@@ -26,7 +26,7 @@ import select
 import signal
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from cosched_node import channel, jobs, memory_watch, placement, procs, resctrl, rules, runs, state
 from cosched_node.config import NodeConfig, load_node_config, plain_absolute_path, state_dir_for
@@ -218,21 +218,24 @@ class Agent:
         now = time.time()
         table = procs.process_table(self.proc_root)
         self.reconcile(self.claims(), table, now)
-        self.watch_memory()
+        used = self.watch_memory()
         try:
             self.watch_spread(table, now)
         except (OSError, StateError) as exc:
             self.log(f"spread jobs not managed this interval: {exc.strerror or exc}")
-        published = self.publish(now)
+        published = self.publish(now, used)
         self.save()
         state.write_json_atomic(self.state_dir, state.HEARTBEAT_NAME, {"time": now, "pid": os.getpid()})
         return published
 
-    def watch_memory(self) -> None:
-        for record in [r for r in self.records.values() if r.is_device and not r.killed]:
+    def watch_memory(self) -> Dict[str, Optional[int]]:
+        """Read each device job's memory once; stop those over their allocation. The readings,
+        by record key."""
+        readings: Dict[str, Optional[int]] = {}
+        for record in [r for r in self.records.values() if r.is_device]:
             claim = record.claim
-            used = self.probe.job_usage_mb(claim.device, claim.cluster, claim.proc)
-            if memory_watch.over_limit(used, claim.device_memory_mb):
+            used = readings[record.key] = self.probe.job_usage_mb(claim.device, claim.cluster, claim.proc)
+            if not record.killed and memory_watch.over_limit(used, claim.device_memory_mb):
                 record.killed = (f"device memory use {used} MB on {claim.device} exceeds its allocation of "
                                  f"{claim.device_memory_mb} MB")
                 pids = procs.stop_job(record.starter_pid, record.starter_start, self.kill_grace_s, self.proc_root)
@@ -244,6 +247,7 @@ class Agent:
                                         {"job": claim.job, "device": claim.device, "slot": claim.slot,
                                          "reason": record.killed, "pids": sorted(pids), "time": time.time()})
                 self.log(f"job {claim.job} stopped: {record.killed} (signalled pids {sorted(pids)})")
+        return readings
 
     def watch_spread(self, table: Dict[int, procs.Proc], now: float) -> None:
         """Co-runners and perf samples of each spread job; its resctrl group."""
@@ -286,14 +290,14 @@ class Agent:
             except (OSError, resctrl.ResctrlError) as exc:
                 self.log(f"resctrl sync failed: {getattr(exc, 'strerror', None) or exc}")
 
-    def publish(self, now: float) -> Dict[str, dict]:
+    def publish(self, now: float, used: Dict[str, Optional[int]]) -> Dict[str, dict]:
         published: Dict[str, dict] = {}
         for device in self.config.devices:
             name = device.device or ""
             mine = [r for r in self.records.values() if r.claim.device == name]
             entries = [{"job": r.claim.job, "slot": r.claim.slot, "memory_mb": r.claim.device_memory_mb,
                         "threads": r.claim.compute, "units": [list(u) for u in r.units or ()],
-                        "used_mb": self.probe.job_usage_mb(name, r.claim.cluster, r.claim.proc),
+                        "used_mb": used.get(r.key),
                         "killed": r.killed} for r in mine]
             per_job = [e["used_mb"] for e in entries if e["used_mb"] is not None]
             device_used = self.probe.device_usage_mb(name)
@@ -370,8 +374,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def build(args: argparse.Namespace, log: Log) -> Tuple[Agent, str]:
-    """The agent its arguments describe; ConfigError for a bad one."""
+def build(args: argparse.Namespace, config: NodeConfig, state_dir: str, log: Log) -> Agent:
+    """The agent its arguments describe, on ``config`` and ``state_dir``; ConfigError for a bad one."""
     if not 0.1 <= args.interval <= 3600 or not 0 <= args.kill_grace <= 300 or not 0.01 <= args.perf_sample <= 60:
         raise ConfigError("--interval must be in [0.1, 3600] s, --kill-grace in [0, 300] s "
                           "and --perf-sample in [0.01, 60] s")
@@ -379,8 +383,6 @@ def build(args: argparse.Namespace, log: Log) -> Tuple[Agent, str]:
                           ("--startd-address-file", args.startd_address_file)):
         if value is not None and not plain_absolute_path(value):
             raise ConfigError(f"{option} must be a plain absolute path")
-    config = load_node_config(args.node_config)
-    state_dir = state_dir_for(config, {}, args.state_dir)
     probe = memory_watch.make_probe(args.probe, args.probe_dir)
     manager = None
     if config.sockets:
@@ -396,9 +398,8 @@ def build(args: argparse.Namespace, log: Log) -> Tuple[Agent, str]:
         except OSError as exc:
             log(f"profile dir {args.profile_dir}: {exc.strerror}: run records will fail")
     view = SlotView(config, args.startd_address_file, args.condor_status)
-    agent = Agent(config, state_dir, view, probe, log, manager, args.profile_dir,
-                  make_perf(args.perf, args.perf_sample, log), args.kill_grace, args.interval)
-    return agent, state_dir
+    return Agent(config, state_dir, view, probe, log, manager, args.profile_dir,
+                 make_perf(args.perf, args.perf_sample, log), args.kill_grace, args.interval)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -425,7 +426,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_NO_STATE
     log_path[0] = os.path.join(state_dir, state.LOG_NAME)
     try:
-        agent, _ = build(args, log)
+        agent = build(args, config, state_dir, log)
         server = channel.listen(state_dir)
     except ConfigError as exc:
         lock.release()

@@ -11,7 +11,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional
 
 PID_MAX = 4194304  # PID_MAX_LIMIT on 64-bit Linux
 
@@ -143,16 +143,3 @@ def wall_start(start_ticks: int, proc_root: str = "/proc") -> Optional[float]:
     """Epoch seconds of a process start given in clock ticks since boot."""
     btime = boot_time(proc_root)
     return None if btime is None else btime + start_ticks / float(os.sysconf("SC_CLK_TCK"))
-
-
-def ancestors(pid: int, table: Dict[int, Proc], limit: int = 64) -> List[Tuple[int, Proc]]:
-    """(depth, process) of ``pid``'s parent, grandparent, ... as far as the table goes."""
-    out, current = [], table.get(pid)
-    depth = 1
-    while current is not None and current.ppid > 1 and depth <= limit:
-        parent = table.get(current.ppid)
-        if parent is None:
-            break
-        out.append((depth, parent))
-        current, depth = parent, depth + 1
-    return out

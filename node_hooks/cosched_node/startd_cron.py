@@ -12,7 +12,6 @@ Exit codes: 0 facts printed; 2 node config invalid (prints only CoSchedNodeConfi
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -25,7 +24,7 @@ from cosched_node import rules
 from cosched_node.ads import format_line
 from cosched_node.config import NodeConfig, load_node_config, state_dir_for
 from cosched_node.errors import EXIT_BAD_CONFIG, EXIT_INTERNAL, EXIT_OK, ConfigError
-from cosched_node.state import log_line, read_small_file
+from cosched_node.state import log_line, read_json
 
 PROGRAM = "cosched_startd_cron"
 SAFE_TEXT_RE = re.compile(r"[^A-Za-z0-9 ._/:+-]")
@@ -75,11 +74,7 @@ def run_micinfo() -> Optional[str]:
 
 
 def _read_json(directory: str, name: str) -> Optional[dict]:
-    try:
-        data, _ = read_small_file(directory, name, 1 << 20)
-        obj = json.loads(data.decode("utf-8"))
-    except (OSError, ValueError):
-        return None
+    obj = read_json(directory, name, 1 << 20)
     return obj if isinstance(obj, dict) else None
 
 
