@@ -92,7 +92,9 @@ def test_a_job_cannot_touch_the_agent_state_or_another_jobs_limit_and_both_are_e
     honest = pool.submit(request_PhiMemory="1000", request_PhiThreads="60", arguments="25", initialdir=str(work),
                          output="honest.out", error="honest.err")
     # /tmp and /var/tmp are private to a job (MOUNT_UNDER_SCRATCH): the script travels with it.
-    attacker = pool.submit(executable="/usr/bin/python3", arguments=f"{script.name} {STATE} 60",
+    # It lingers far longer than the test waits, so only the agent's kill can end it (the
+    # finally removes it); a short linger let it finish on a slow machine before the kill.
+    attacker = pool.submit(executable="/usr/bin/python3", arguments=f"{script.name} {STATE} 900",
                            transfer_input_files=script.name, request_PhiMemory="1024", request_PhiThreads="60",
                            initialdir=str(work), output="attacker.out", error="attacker.err",
                            transfer_executable="false")
@@ -121,7 +123,9 @@ def test_a_job_cannot_touch_the_agent_state_or_another_jobs_limit_and_both_are_e
         (probe / f"{attacker}.0").write_text("6000\n")
         stopped = pool.wait_for(attacker, lambda a: a["JobStatus"] != 2, ATTRS, timeout_s=60)
         print("attacker after using 6000 MB:", stopped)
-        killed = json.loads((pool.info.root / STATE.lstrip("/") / "killed" / f"{attacker}.0.json").read_text())
+        # The agent writes its record once the signalled processes are gone (after its grace).
+        record = pool.info.root / STATE.lstrip("/") / "killed" / f"{attacker}.0.json"
+        killed = json.loads(wait_until(lambda: record.exists() and record.read_text(), "the agent's kill record", 30))
         assert "exceeds its allocation of 1024 MB" in killed["reason"], killed
         # The honest co-runner runs to its end: nobody could change its limit.
         done = pool.wait_for(honest, lambda a: a["JobStatus"] in (3, 4, 5), ATTRS, timeout_s=90)
