@@ -307,12 +307,11 @@ def release(force: bool) -> None:
         jobs = pool.enrolled_jobs()
     except pool.PoolUnreachable as e:
         raise click.ClickException(str(e)) from None
-    editor, failed = pool.JobEditor(), []
-    for key, original in jobs:
-        try:
-            editor.release(key, original)
-        except Exception as e:  # one job's failure must not stop the rest
-            failed.append(f"{key}: {e}")
+    try:
+        applied = pool.JobEditor().release(jobs)
+    except pool.PoolUnreachable as e:
+        raise click.ClickException(str(e)) from None
+    failed = [f"{key}: {why}" for key, why in sorted(applied.failed.items())]  # one job's failure stops no other
     click.echo(f"released {len(jobs) - len(failed)} of {len(jobs)} co-scheduled jobs")
     for line in failed:
         click.echo(f"could not release {line}", err=True)

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable
 import classad2
 import htcondor2
 
 from condor_sched.classads import start_references, state_from_ads
 from condor_sched.device_kinds import device_kinds
+from condor_sched.edits import Applied, Edit, apply_changes, release_change
 from condor_sched.model import (
-    PIN_CLAUSE,
     PIN_CYCLE_ATTR,
-    PIN_EXCLUSIVE_ATTR,
     PIN_LLC_WAYS_ATTR,
     PIN_MEM_BW_ATTR,
     PIN_ORIGINAL_ATTR,
@@ -53,6 +53,16 @@ _JOB_ATTRS = [
     PIN_SLOT_ATTR, PIN_CYCLE_ATTR, PIN_ORIGINAL_ATTR, PIN_LLC_WAYS_ATTR, PIN_MEM_BW_ATTR, PIN_SCALE_ATTR,
     PIN_TIME_ATTR, PIN_REASON_ATTR,
 ]
+
+
+#: Schedds queried at once (each query waits on its schedd, not on us).
+MAX_PARALLEL_SCHEDDS = 8
+
+#: The slot ads the planners read: partitionable slots only (a dynamic slot's resources are
+#: already taken from its parent's free amounts), so a pool with thousands of running jobs
+#: does not send thousands of dynamic slot ads every cycle. Not projected: a job's
+#: Requirements and Rank may name any slot attribute.
+PLANNED_SLOTS = "PartitionableSlot =?= true"
 
 
 class PoolUnreachable(RuntimeError):
@@ -105,30 +115,41 @@ def _query_schedd(ad: classad2.ClassAd, constraint: str, projection: list[str]) 
 
 def read_ads(job_constraint: str = "true", projection: list[str] | None = None, partial: bool = False,
              more_job_attrs: Callable[[list[classad2.ClassAd]], Iterable[str]] | None = None) -> LiveAds:
-    """Every startd slot ad, then the job ads of every schedd the collector knows (projected
-    on ``projection`` and on what ``more_job_attrs`` asks of the slot ads; empty: full ads).
+    """Every partitionable slot ad (``PLANNED_SLOTS``), then the job ads of every schedd the
+    collector knows, queried in parallel (projected on ``projection`` and on what
+    ``more_job_attrs`` asks of the slot ads; empty: full ads).
 
     A schedd that does not answer raises PoolUnreachable, unless ``partial``: then it is
     recorded in ``unreachable`` and the others are read (the sidecar's cycle goes on without
     its jobs). The collector not answering always raises CollectorUnreachable.
     """
     try:
-        slots = list(_collector().query(htcondor2.AdType.Startd))
+        slots = list(_collector().query(htcondor2.AdType.Startd, PLANNED_SLOTS))
     except Exception as e:
         raise CollectorUnreachable(f"cannot query startd ads: {e}") from None
     if projection and more_job_attrs is not None:
         projection = sorted({*projection, *more_job_attrs(slots)})
+    schedds = [(ad.get("Name", "?"), ad) for ad in schedd_ads()]
+    with ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL_SCHEDDS, len(schedds)))) as workers:
+        answers = list(workers.map(lambda named: _answer(named[1], job_constraint, projection or []), schedds))
     jobs: dict[str, list[classad2.ClassAd]] = {}
     unreachable: dict[str, str] = {}
-    for ad in schedd_ads():
-        name = ad.get("Name", "?")
-        try:
-            jobs[name] = _query_schedd(ad, job_constraint, projection or [])
-        except Exception as e:
-            if not partial:
-                raise PoolUnreachable(f"schedd {name!r} did not answer: {e}") from None
-            unreachable[name] = str(e) or type(e).__name__
+    for (name, _), (ads, error) in zip(schedds, answers):
+        if error is None:
+            jobs[name] = ads
+        elif not partial:
+            raise PoolUnreachable(f"schedd {name!r} did not answer: {error}") from None
+        else:
+            unreachable[name] = str(error) or type(error).__name__
     return LiveAds(jobs, slots, unreachable)
+
+
+def _answer(ad: classad2.ClassAd, constraint: str, projection: list[str]
+            ) -> tuple[list[classad2.ClassAd], Exception | None]:
+    try:
+        return _query_schedd(ad, constraint, projection), None
+    except Exception as e:  # reported per schedd by the caller
+        return [], e
 
 
 def ads_to_state(ads: LiveAds) -> PoolState:
@@ -248,12 +269,8 @@ def enrolled_jobs() -> list[tuple[JobKey, str]]:
 
 
 class JobEditor:
-    """Per-job edits, each atomic on its own (htcondor2 has no multi-job transaction).
-
-    A job's pin state is the single attribute CoSchedPinSlot, which the Requirements
-    clause ``PIN_CLAUSE`` refers to: setting it pins, clearing it unpins. Every method
-    leaves the job either pinned or unpinned, whatever edit a crash interrupts.
-    """
+    """Batched edits (``condor_sched.edits``): each :class:`Edit` is one ``Schedd.edit`` call
+    with a list of job ids, which the schedd commits as one transaction (all or none)."""
 
     def __init__(self) -> None:
         self._schedds: dict[str, htcondor2.Schedd] = {}
@@ -263,29 +280,10 @@ class JobEditor:
             self._schedds[name] = schedd(name)
         return self._schedds[name]
 
-    def _edit(self, job: JobKey, attr: str, expr: str) -> None:
-        edited = self._schedd(job.schedd).edit(job.job_id, attr, expr)
-        if not edited:
-            raise LookupError(f"job {job} is gone")
-
-    def pin(self, job: JobKey, slot: str, cycle: int, details: Mapping[str, int] | None = None) -> None:
-        # The cycle, the time and a spread proc's ways/bandwidth first: alone they change
-        # nothing about matching. The slot last: that one edit pins the job.
-        self._edit(job, PIN_CYCLE_ATTR, str(cycle))
-        self._edit(job, PIN_TIME_ATTR, str(int(time.time())))
-        for attr, value in (details or {}).items():
-            self._edit(job, attr, str(int(value)))
-        self._edit(job, PIN_SLOT_ATTR, classad2.quote(slot))
-
-    def unpin(self, job: JobKey) -> None:
-        self._edit(job, PIN_SLOT_ATTR, "undefined")
-        for attr in (PIN_CYCLE_ATTR, PIN_TIME_ATTR, PIN_LLC_WAYS_ATTR, PIN_MEM_BW_ATTR, PIN_SCALE_ATTR,
-                     PIN_EXCLUSIVE_ATTR):
-            self._edit(job, attr, "undefined")
-
-    def tell(self, schedd: str, jobs: Iterable[JobKey], reason: str) -> None:
-        """Set ``CoSchedPinReason`` of ``jobs`` (all of ``schedd``) in one call."""
-        self._schedd(schedd).edit([j.job_id for j in jobs], PIN_REASON_ATTR, classad2.quote(reason))
+    def write(self, edit: Edit) -> None:
+        edited = self._schedd(edit.schedd).edit([j.job_id for j in edit.jobs], edit.attr, edit.value)
+        if edited != len(edit.jobs):
+            raise LookupError(f"{edit.attr} set on {edited} of {len(edit.jobs)} jobs")
 
     def hold(self, job: JobKey, reason: str) -> None:
         """Put an idle job on hold with ``reason`` as its HoldReason (``condor_release`` undoes it)."""
@@ -293,16 +291,6 @@ class JobEditor:
         # (reason, code) tuple reaches the schedd.
         self._schedd(job.schedd).act(htcondor2.JobAction.Hold, [job.job_id], (reason, 0))
 
-    def enroll(self, job: JobKey, requirements: str | None) -> None:
-        """Give a job submitted without the schedd transform the pin clause: save the
-        original Requirements first, then add the clause (unmatchable until pinned)."""
-        original = requirements or "true"
-        self._edit(job, PIN_ORIGINAL_ATTR, original)
-        self._edit(job, "Requirements", f"({original}) && {PIN_CLAUSE}")
-
-    def release(self, job: JobKey, original: str | None) -> None:
-        """Undo enrollment: unpin, then restore the saved Requirements and drop the reason."""
-        self.unpin(job)
-        if original:
-            self._edit(job, "Requirements", original)
-        self._edit(job, PIN_REASON_ATTR, "undefined")
+    def release(self, jobs: Iterable[tuple[JobKey, str | None]]) -> Applied:
+        """Undo enrolment of ``jobs`` (key, saved original Requirements), batched."""
+        return apply_changes([release_change(job, original) for job, original in jobs], self.write)

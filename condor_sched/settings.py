@@ -7,6 +7,7 @@ from typing import Callable, Mapping
 
 from condor_sched import options
 from condor_sched.device_kinds import device_kinds
+from condor_sched.edits import CHUNK_JOBS, MAX_CHUNK_JOBS
 from condor_sched.policies.base import PlanSettings, PolicyKind, policy_names
 
 
@@ -23,6 +24,7 @@ class SidecarSettings:
     unpin_age_cycles: int = 3
     cycle_source: str = "negotiator"  # or "interval"
     interval_s: float = 60.0
+    edit_chunk_jobs: int = CHUNK_JOBS
     plan: PlanSettings = PlanSettings()
 
 
@@ -35,6 +37,7 @@ _KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
     "COSCHED_UNPIN_AGE_CYCLES": ("unpin_age_cycles", int),
     "COSCHED_CYCLE_SOURCE": ("cycle_source", str),
     "COSCHED_INTERVAL": ("interval_s", float),
+    "COSCHED_EDIT_CHUNK_JOBS": ("edit_chunk_jobs", int),
     "COSCHED_SOLVER_TIME_LIMIT": ("plan.solver_time_limit_s", float),
     "COSCHED_MEMORY_GRANULARITY_MB": ("plan.memory_granularity_mb", int),
     "COSCHED_KNAPSACK_SOLVER": ("plan.knapsack_solver", str),
@@ -48,6 +51,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "COSCHED_UNPIN_AGE_CYCLES": (1, options.MAX_AGE_CYCLES),
     "COSCHED_AGE_LIMIT_CYCLES": (1, options.MAX_AGE_CYCLES),
     "COSCHED_INTERVAL": (0.1, 86400.0),
+    "COSCHED_EDIT_CHUNK_JOBS": (1, MAX_CHUNK_JOBS),
     "COSCHED_SOLVER_TIME_LIMIT": (options.MIN_SOLVER_TIME_LIMIT_S, options.MAX_SOLVER_TIME_LIMIT_S),
     "COSCHED_MEMORY_GRANULARITY_MB": (1, options.MAX_GRANULARITY_MB),
     "COSCHED_THREAD_OVERCOMMIT": (1.0, options.MAX_THREAD_OVERCOMMIT),

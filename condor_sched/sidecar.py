@@ -2,18 +2,29 @@
 
 The decision is :func:`condor_sched.cycle.decide_cycle` (pure, shared with ``plan`` and the
 simulator), so tests and ``--dry-run`` see exactly what a cycle would do. ``apply_cycle``
-performs the edits one job at a time; each job's edits keep it either pinned (original
-Requirements saved) or unpinned, so a crash at any point leaves the queue consistent; asked
-to stop, it finishes the job it is editing and leaves the rest for the next sidecar.
+sends the edits in batches (``condor_sched.edits``: one call per attribute and value for a
+chunk of alike jobs); each job's writes keep it either pinned (original Requirements saved)
+or unpinned, so a crash at any point leaves the queue consistent; asked to stop, it finishes
+the chunk it is editing and leaves the rest for the next sidecar.
 """
 from __future__ import annotations
 
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Mapping, Protocol
+from typing import Callable, Mapping, Protocol
 
 from condor_sched.cycle import CycleConfig, CycleDecision, CycleMemory, Pin, covered, decide_cycle
+from condor_sched.edits import (
+    CHUNK_JOBS,
+    Edit,
+    JobChange,
+    apply_changes,
+    enroll_change,
+    pin_change,
+    reason_change,
+    unpin_change,
+)
 from condor_sched.model import (
     PIN_EXCLUSIVE_ATTR,
     PIN_LLC_WAYS_ATTR,
@@ -39,11 +50,11 @@ def pin_details(pin: Pin) -> dict[str, int]:
 
 
 class Editor(Protocol):
-    def pin(self, job: JobKey, slot: str, cycle: int, details: Mapping[str, int] | None = None) -> None: ...
-    def unpin(self, job: JobKey) -> None: ...
-    def enroll(self, job: JobKey, requirements: str | None) -> None: ...
+    """Where a cycle's edits go: ``write`` sends one batched attribute write (all of its jobs or
+    none, raising otherwise), ``hold`` holds one idle job with a reason."""
+
+    def write(self, edit: Edit) -> None: ...
     def hold(self, job: JobKey, reason: str) -> None: ...
-    def tell(self, schedd: str, jobs: Iterable[JobKey], reason: str) -> None: ...
 
 
 @dataclass
@@ -54,8 +65,10 @@ class CycleOutcome:
     held: int = 0
     told: int = 0
     failed: list[str] = field(default_factory=list)
-    #: Job edits (unpin, enroll, pin) not started because the sidecar was asked to stop.
+    #: Job edits (unpin, hold, enroll, pin, reason) not started because the sidecar was asked to stop.
     left_on_stop: int = 0
+    #: Schedd.edit calls made (each a batch of jobs).
+    calls: int = 0
 
 
 def reasons_to_write(decision: CycleDecision, current: Mapping[JobKey, str | None]) -> dict[tuple[str, str], list[JobKey]]:
@@ -70,50 +83,54 @@ def reasons_to_write(decision: CycleDecision, current: Mapping[JobKey, str | Non
 
 def apply_cycle(decision: CycleDecision, editor: Editor,
                 current_reasons: Mapping[JobKey, str | None] | None = None,
-                should_stop: Callable[[], bool] | None = None) -> CycleOutcome:
-    """Unpin, hold, enroll, pin, then tell the changed reasons; one failing job is logged and
-    the rest go on. Once ``should_stop()`` is true no further job is edited (the one being
-    edited is finished)."""
+                should_stop: Callable[[], bool] | None = None, *, now: float | None = None,
+                chunk_jobs: int = CHUNK_JOBS) -> CycleOutcome:
+    """Unpin, hold, enroll, pin, then tell the changed reasons, each phase in batched edits
+    (``condor_sched.edits``); a failing job is logged and the rest go on. Once
+    ``should_stop()`` is true no further chunk of jobs is edited (the one under way finishes)."""
     outcome = CycleOutcome()
     failed_jobs: set[JobKey] = set()
+    now = time.time() if now is None else now
 
-    def attempt(job: JobKey, what: str, action: Callable[[], None]) -> bool:
+    def run(what: str, changes: list[JobChange]) -> list[JobKey]:
+        applied = apply_changes(changes, editor.write, should_stop=should_stop, chunk_jobs=chunk_jobs)
+        outcome.left_on_stop += applied.left_on_stop
+        outcome.calls += applied.calls
+        for job, why in sorted(applied.failed.items()):
+            failed_jobs.add(job)
+            outcome.failed.append(f"{what} {job}: {why}")
+            log.warning("could not %s job %s: %s", what, job, why)
+        return applied.done
+
+    reasons = {u.job: u.reason for u in decision.unpins}
+    for job in run("unpin", [unpin_change(u.job) for u in decision.unpins]):
+        outcome.unpinned += 1
+        log.info("unpinned %s: %s", job, reasons[job])
+    for h in decision.holds:
         if should_stop is not None and should_stop():
             outcome.left_on_stop += 1
-            return False
+            continue
         try:
-            action()
-            return True
-        except Exception as e:  # one job's failure must not stop the cycle
-            failed_jobs.add(job)
-            outcome.failed.append(f"{what} {job}: {e}")
-            log.warning("could not %s job %s: %s", what, job, e)
-            return False
-
-    for u in decision.unpins:
-        if attempt(u.job, "unpin", lambda u=u: editor.unpin(u.job)):
-            outcome.unpinned += 1
-            log.info("unpinned %s: %s", u.job, u.reason)
-    for h in decision.holds:
-        if attempt(h.job, "hold", lambda h=h: editor.hold(h.job, h.reason)):
+            editor.hold(h.job, h.reason)
             outcome.held += 1
             log.info("held %s: %s", h.job, h.reason)
-    enrolled_ok = set()
-    for e in decision.enrolls:
-        if attempt(e.job, "enroll", lambda e=e: editor.enroll(e.job, e.requirements)):
-            outcome.enrolled += 1
-            enrolled_ok.add(e.job)
-    failed_enroll = {e.job for e in decision.enrolls} - enrolled_ok
-    for p in decision.pins:
-        if p.job in failed_enroll:
-            continue
-        if attempt(p.job, "pin", lambda p=p: editor.pin(p.job, p.slot, decision.cycle, pin_details(p))):
-            outcome.pinned += 1
-            log.info("pinned %s to %s", p.job, p.slot)
-    for (schedd, reason), jobs in reasons_to_write(decision, current_reasons or {}).items():
-        jobs = [j for j in jobs if j not in failed_jobs]  # a pin that failed is no pin to tell of
-        if jobs and attempt(jobs[0], f"tell {len(jobs)} job(s) of", lambda: editor.tell(schedd, jobs, reason)):
-            outcome.told += len(jobs)
+        except Exception as e:  # one job's failure must not stop the cycle
+            failed_jobs.add(h.job)
+            outcome.failed.append(f"hold {h.job}: {e}")
+            log.warning("could not hold job %s: %s", h.job, e)
+    enrolled = set(run("enroll", [enroll_change(e.job, e.requirements) for e in decision.enrolls]))
+    outcome.enrolled = len(enrolled)
+    not_enrolled = {e.job for e in decision.enrolls} - enrolled  # failed or left: never pinned
+    slots = {p.job: p.slot for p in decision.pins}
+    pinned = run("pin", [pin_change(p.job, p.slot, decision.cycle, int(now), pin_details(p))
+                         for p in decision.pins if p.job not in not_enrolled])
+    for job in pinned:
+        outcome.pinned += 1
+        log.info("pinned %s to %s", job, slots[job])
+    not_pinned = set(slots) - set(pinned) | failed_jobs  # failed or left on a stop: no pin to tell of
+    tells = [reason_change(job, reason) for (_, reason), jobs in reasons_to_write(decision, current_reasons or {}).items()
+             for job in jobs if job not in not_pinned]
+    outcome.told += len(run("tell", tells))
     return outcome
 
 
@@ -176,7 +193,8 @@ class Sidecar:
                 log.info("dry run: would unpin %s (%s)", u.job, u.reason)
             outcome = CycleOutcome()
         else:
-            outcome = apply_cycle(decision, self.editor, {j.key: j.pin_reason for j in state.jobs}, self.should_stop)
+            outcome = apply_cycle(decision, self.editor, {j.key: j.pin_reason for j in state.jobs}, self.should_stop,
+                                  chunk_jobs=self.settings.edit_chunk_jobs)
         seconds = time.perf_counter() - started
         unreachable = state.unreachable_schedds
         log.info("cycle %d: %d idle co-scheduled jobs seen, %d pins kept, %d pinned, %d unpinned, "

@@ -107,6 +107,15 @@ def render_hosts(host_names: list[str], nodes: list[str], domain: str = DOMAIN) 
     return f"127.0.0.1\t{' '.join(seen)}\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 
 
+#: HTCondor's default MAX_SLOT_TYPES.
+DEFAULT_MAX_SLOT_TYPES = 10
+
+
+def slot_types(nodes: list[Node]) -> int:
+    """Slot types the busiest node needs: one partitionable slot per socket and per device."""
+    return max(len(nd.sockets) + len(nd.devices) for nd in nodes)
+
+
 def render_pool_config(nodes: list[Node], hooks: HookFiles, domain: str = DOMAIN,
                        super_users: tuple[str, ...] = ("root", "condor")) -> str:
     """The central manager, schedd and shared settings of the one-machine pool."""
@@ -149,7 +158,10 @@ def render_pool_config(nodes: list[Node], hooks: HookFiles, domain: str = DOMAIN
         *[f"MACHINE_RESOURCE_{r} = 0" for r in custom_resources()],
         "# Likewise SLOT_TYPE_<n>_PARTITIONABLE is read unprefixed (a NODE<i>. form is ignored and",
         "# the slot comes up Static): every slot type of this layout is partitionable.",
-        *[f"SLOT_TYPE_{n}_PARTITIONABLE = True" for n in range(1, 1 + max(len(nd.sockets) + len(nd.devices) for nd in nodes))],
+        *[f"SLOT_TYPE_{n}_PARTITIONABLE = True" for n in range(1, 1 + slot_types(nodes))],
+        "# The startd ignores slot types beyond MAX_SLOT_TYPES (default 10): a node with more",
+        "# devices and sockets than that raises it.",
+        f"MAX_SLOT_TYPES = {max(DEFAULT_MAX_SLOT_TYPES, slot_types(nodes))}",
         "",
         f"DAEMON_LIST = {', '.join(daemons)}",
         "# The node agents run python3, no DaemonCore binary, so the master starts them",

@@ -292,3 +292,15 @@ def test_a_second_schedd_has_its_own_name_queue_and_log_under_the_same_master():
     assert lines["SCHEDD2.SCHEDD_NAME"] == "schedd2" and lines["SCHEDD2.SPOOL"] == "/var/spool/condor/schedd2"
     assert lines["SCHEDD2.SCHEDD_ADDRESS_FILE"].startswith("/var/spool/condor/schedd2/")
     assert lines["DAEMON_LIST"] == "$(DAEMON_LIST) SCHEDD2"
+
+
+def test_a_node_with_more_slot_types_than_htcondors_default_raises_max_slot_types():
+    from condor_sched.inventory import Device, Node, Socket
+
+    big = Node("big", cores=64, memory_mb=65536, sockets=(Socket(0, 11, 50.0),),
+               devices=tuple(Device(f"mic{i}", 8192, 240, host_cores=2, host_memory_mb=512) for i in range(12)))
+    text = config.render_pool_config([*INVENTORY.nodes, big], config.HookFiles())
+    assert "\nMAX_SLOT_TYPES = 13\n" in text and "\nSLOT_TYPE_13_PARTITIONABLE = True\n" in text
+    data = discover.parse_node_config(json.loads(json.dumps(node_config(big, config.DOMAIN))))
+    assert len(_slot_types(_config_lines(discover.render_slots(data, "NODE5")), "NODE5")) == 13
+    assert "\nMAX_SLOT_TYPES = 10\n" in config.render_pool_config(list(INVENTORY.nodes), config.HookFiles())

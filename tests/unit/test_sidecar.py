@@ -1,6 +1,8 @@
 """The sidecar's cycle logic, without a pool: what it unpins, enrolls and pins."""
 from dataclasses import replace
 
+import classad2
+
 import pytest
 
 from condor_sched.model import Assignment, Job, JobKey, JobStatus, Plan, PoolState, Resources, Slot, SlotKind, Unplaced
@@ -87,36 +89,36 @@ def test_jobs_without_the_pin_clause_are_enrolled_before_pinning():
 
 
 class RecordingEditor:
-    """Applies edits to a dict of job attributes; can fail on one job."""
+    """Applies batched edits to a dict of job attributes (all of an edit's jobs or none, as a
+    schedd transaction); can fail on one job."""
 
     def __init__(self, fail_on=None):
         self.attrs = {}
         self.fail_on = fail_on
+        self.edits = []
 
     def _check(self, job):
         if job == self.fail_on:
             raise RuntimeError("schedd said no")
 
-    def pin(self, job, slot, cycle, details=None):
-        self._check(job)
-        self.attrs.setdefault(job, {}).update(CoSchedPinCycle=cycle, CoSchedPinSlot=slot, **(details or {}))
-
-    def unpin(self, job):
-        self._check(job)
-        self.attrs.setdefault(job, {}).update(CoSchedPinSlot=None, CoSchedPinCycle=None)
-
-    def enroll(self, job, requirements):
-        self._check(job)
-        self.attrs.setdefault(job, {}).update(CoSchedPinOriginalRequirements=requirements)
+    def write(self, edit):
+        for job in edit.jobs:
+            self._check(job)
+        self.edits.append(edit)
+        for job in edit.jobs:
+            self.attrs.setdefault(job, {})[edit.attr] = literal(edit.value)
 
     def hold(self, job, reason):
         self._check(job)
         self.attrs.setdefault(job, {}).update(HoldReason=reason)
 
-    def tell(self, schedd, jobs, reason):
-        for job in jobs:
-            self._check(job)
-            self.attrs.setdefault(job, {}).update(CoSchedPinReason=reason)
+
+def literal(text):
+    """A written expression's value as the job ad would show it (None: undefined; text: not a literal)."""
+    value = classad2.ExprTree(text).eval()
+    if value is classad2.Value.Undefined:
+        return None
+    return value if isinstance(value, (int, str, float)) and not isinstance(value, bool) else text
 
 
 def test_one_failing_job_does_not_stop_the_cycle_and_an_unenrolled_job_is_never_pinned():
@@ -135,14 +137,15 @@ def test_asked_to_stop_mid_cycle_it_finishes_the_job_it_edits_and_edits_no_other
     stop = []
 
     class StoppedDuringSecondPin(RecordingEditor):
-        def pin(self, job, slot, cycle, details=None):
-            if len(self.attrs) == 1:
-                stop.append(job)  # SIGTERM arrives while this job's edits are under way
-            super().pin(job, slot, cycle, details)
+        def write(self, edit):
+            if len(self.attrs) == 1 and edit.jobs[0] not in self.attrs:
+                stop.append(edit)  # SIGTERM arrives while the second job's edits are under way
+            super().write(edit)
 
     editor = StoppedDuringSecondPin()
-    outcome = apply_cycle(d, editor, should_stop=lambda: bool(stop))
-    assert outcome.pinned == 2 and outcome.left_on_stop == 3  # two pins and the one reason edit
+    outcome = apply_cycle(d, editor, should_stop=lambda: bool(stop), chunk_jobs=1)
+    # Two pins left, and the reasons of the two jobs pinned (none is told of a pin it lacks).
+    assert outcome.pinned == 2 and outcome.left_on_stop == 4
     assert sorted(k.proc for k in editor.attrs) == [0, 1]
     assert all(a["CoSchedPinSlot"] == "slotA" and a["CoSchedPinCycle"] == 1 for a in editor.attrs.values())
 

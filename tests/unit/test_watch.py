@@ -95,20 +95,14 @@ class RecordingEditor:
     def __init__(self) -> None:
         self.pins: list[tuple[JobKey, str]] = []
 
-    def tell(self, schedd, jobs, reason):
-        pass
-
     def hold(self, job, reason):
         pass
 
-    def pin(self, job, slot, cycle, details=None):
-        self.pins.append((job, slot))
-
-    def unpin(self, job):
-        raise AssertionError(f"unexpected unpin of {job}")
-
-    def enroll(self, job, requirements):
-        raise AssertionError(f"unexpected enroll of {job}")
+    def write(self, edit):
+        if edit.attr == "Requirements" or edit.value == "undefined":
+            raise AssertionError(f"unexpected enroll or unpin: {edit}")
+        if edit.attr == "CoSchedPinSlot":
+            self.pins += [(job, classad2.ExprTree(edit.value).eval()) for job in edit.jobs]
 
 
 def test_one_unreachable_schedd_leaves_the_cycle_to_plan_the_others(caplog):
