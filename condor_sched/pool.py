@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 import classad2
@@ -54,9 +53,6 @@ _JOB_ATTRS = [
     PIN_TIME_ATTR, PIN_REASON_ATTR,
 ]
 
-
-#: Schedds queried at once (each query waits on its schedd, not on us).
-MAX_PARALLEL_SCHEDDS = 8
 
 #: The slot ads the planners read: partitionable slots only (a dynamic slot's resources are
 #: already taken from its parent's free amounts), so a pool with thousands of running jobs
@@ -116,8 +112,8 @@ def _query_schedd(ad: classad2.ClassAd, constraint: str, projection: list[str]) 
 def read_ads(job_constraint: str = "true", projection: list[str] | None = None, partial: bool = False,
              more_job_attrs: Callable[[list[classad2.ClassAd]], Iterable[str]] | None = None) -> LiveAds:
     """Every partitionable slot ad (``PLANNED_SLOTS``), then the job ads of every schedd the
-    collector knows, queried in parallel (projected on ``projection`` and on what
-    ``more_job_attrs`` asks of the slot ads; empty: full ads).
+    collector knows (projected on ``projection`` and on what ``more_job_attrs`` asks of the
+    slot ads; empty: full ads).
 
     A schedd that does not answer raises PoolUnreachable, unless ``partial``: then it is
     recorded in ``unreachable`` and the others are read (the sidecar's cycle goes on without
@@ -129,27 +125,19 @@ def read_ads(job_constraint: str = "true", projection: list[str] | None = None, 
         raise CollectorUnreachable(f"cannot query startd ads: {e}") from None
     if projection and more_job_attrs is not None:
         projection = sorted({*projection, *more_job_attrs(slots)})
-    schedds = [(ad.get("Name", "?"), ad) for ad in schedd_ads()]
-    with ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL_SCHEDDS, len(schedds)))) as workers:
-        answers = list(workers.map(lambda named: _answer(named[1], job_constraint, projection or []), schedds))
     jobs: dict[str, list[classad2.ClassAd]] = {}
     unreachable: dict[str, str] = {}
-    for (name, _), (ads, error) in zip(schedds, answers):
-        if error is None:
-            jobs[name] = ads
-        elif not partial:
-            raise PoolUnreachable(f"schedd {name!r} did not answer: {error}") from None
-        else:
-            unreachable[name] = str(error) or type(error).__name__
+    # One after another: htcondor2's query holds the GIL while it waits on the schedd
+    # (htcondor2_impl's _schedd_query), so threads would not overlap them.
+    for ad in schedd_ads():
+        name = ad.get("Name", "?")
+        try:
+            jobs[name] = _query_schedd(ad, job_constraint, projection or [])
+        except Exception as e:
+            if not partial:
+                raise PoolUnreachable(f"schedd {name!r} did not answer: {e}") from None
+            unreachable[name] = str(e) or type(e).__name__
     return LiveAds(jobs, slots, unreachable)
-
-
-def _answer(ad: classad2.ClassAd, constraint: str, projection: list[str]
-            ) -> tuple[list[classad2.ClassAd], Exception | None]:
-    try:
-        return _query_schedd(ad, constraint, projection), None
-    except Exception as e:  # reported per schedd by the caller
-        return [], e
 
 
 def ads_to_state(ads: LiveAds) -> PoolState:
