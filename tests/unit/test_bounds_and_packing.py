@@ -1,0 +1,114 @@
+"""The device-group LP bound, ``lp-pack`` and ``global``'s wall-clock limit (issue 11)."""
+from __future__ import annotations
+
+import random
+import time
+
+from hypothesis import given, settings as hsettings, strategies as st
+from ortools.sat.python import cp_model
+
+from condor_sched.model import Job, JobKey, JobStatus, Resources, Slot, SlotKind
+from condor_sched.policies import PlanRequest, PlanSettings, get_policy
+from condor_sched.policies import devices as dv
+from condor_sched.policies.bounds import aggregate_upper_bound, placed_upper_bound
+
+
+def job(i: int, mem: int, threads: int, cpus: int = 1) -> Job:
+    return Job(key=JobKey("s", i, 0), owner="u", status=JobStatus.IDLE,
+               request=Resources(cpus=cpus, memory_mb=100, device_memory_mb=mem, device_threads=threads),
+               submitted_at_s=i)
+
+
+def device(i: int, mem: int, threads: int, cpus: int = 16) -> Slot:
+    total = Resources(cpus=cpus, memory_mb=65536, device_memory_mb=mem, device_threads=threads)
+    return Slot(name=f"d{i:03d}", machine="n", kind=SlotKind.DEVICE, total=total, free=total)
+
+
+def diverse(n_jobs: int, n_devices: int, seed: int) -> tuple[list[Job], list[Slot]]:
+    """The shape-diverse queue of issue 11 (as scripts/bench_plan builds it)."""
+    rng = random.Random(seed)
+    jobs = [job(i, rng.randrange(200, 3401, 50), rng.choice((4, 8, 16, 30, 60, 90, 120, 180, 240)))
+            for i in range(n_jobs)]
+    types = ((8192, 240), (16384, 244), (6144, 228))
+    return jobs, [device(i, *types[rng.randrange(3)]) for i in range(n_devices)]
+
+
+def exact_optimum(jobs: list[Job], slots: list[Slot], settings: PlanSettings) -> int:
+    """Most jobs any plan places: a flat CP-SAT model x[job, device], solved to optimality."""
+    model = cp_model.CpModel()
+    x = {}
+    for j in jobs:
+        need = dv.demand(j, settings)
+        for s in slots:
+            if need.device_threads <= s.total.device_threads and dv.fits(need, dv.free_capacity(s, settings)):
+                x[j.key, s.name] = model.new_bool_var("")
+    for j in jobs:
+        model.add_at_most_one(v for (k, _), v in x.items() if k == j.key)
+    for s in slots:
+        cap = dv.free_capacity(s, settings)
+        for d in range(dv.N_DIMENSIONS):
+            model.add(sum(dv.demand(j, settings)[d] * x[j.key, s.name] for j in jobs if (j.key, s.name) in x)
+                      <= cap[d])
+    model.maximize(sum(x.values()))
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    assert solver.solve(model) == cp_model.OPTIMAL
+    return round(solver.objective_value)
+
+
+small_jobs = st.lists(st.tuples(st.integers(1, 70).map(lambda g: 50 * g), st.sampled_from([4, 30, 60, 120, 240]),
+                                st.integers(1, 3)), min_size=1, max_size=9)
+small_devices = st.lists(st.tuples(st.sampled_from([2048, 4096, 8192]), st.sampled_from([120, 228, 240]),
+                                   st.integers(1, 4)), min_size=1, max_size=3)
+
+
+@hsettings(max_examples=60, deadline=None)
+@given(small_jobs, small_devices)
+def test_lp_bound_is_never_below_the_exact_optimum(js, ds) -> None:
+    jobs = [job(i, m, t, c) for i, (m, t, c) in enumerate(js)]
+    slots = [device(i, m, t, c) for i, (m, t, c) in enumerate(ds)]
+    settings = PlanSettings()
+    optimum = exact_optimum(jobs, slots, settings)
+    bound = placed_upper_bound(jobs, slots, settings)
+    assert optimum <= bound <= aggregate_upper_bound(jobs, slots, settings)
+    for name in ("knapsack", "lp-pack", "global"):
+        assert len(get_policy(name).plan(PlanRequest.of(jobs, slots), settings).assignments) <= optimum
+
+
+def test_lp_bound_counts_a_shape_only_against_devices_it_fits() -> None:
+    # Two 240-thread jobs; one device has 240 threads, the other only 228: one job fits at
+    # most, though the summed threads (468) would hold both.
+    jobs = [job(0, 500, 240), job(1, 500, 240)]
+    slots = [device(0, 8192, 240), device(1, 8192, 228)]
+    assert aggregate_upper_bound(jobs, slots, PlanSettings()) == 1
+    assert placed_upper_bound(jobs, slots, PlanSettings()) == 1
+    jobs = [job(0, 5000, 60), job(1, 5000, 60), job(2, 5000, 60)]
+    slots = [device(0, 8192, 240), device(1, 8192, 240)]  # memory: one such job per device
+    assert placed_upper_bound(jobs, slots, PlanSettings()) == 2
+
+
+def test_lp_pack_places_at_least_97_percent_of_the_bound_on_a_diverse_queue() -> None:
+    jobs, slots = diverse(3000, 600, seed=5)
+    settings = PlanSettings()
+    plan = get_policy("lp-pack").plan(PlanRequest.of(jobs, slots), settings)
+    assert len(plan.assignments) >= 0.97 * placed_upper_bound(jobs, slots, settings)
+
+
+def test_lp_pack_plan_is_deterministic() -> None:
+    jobs, slots = diverse(400, 40, seed=3)
+    a = get_policy("lp-pack").plan(PlanRequest.of(jobs, slots), PlanSettings())
+    b = get_policy("lp-pack").plan(PlanRequest.of(list(reversed(jobs)), list(reversed(slots))), PlanSettings())
+    assert sorted(a.assignments, key=lambda x: x.job) == sorted(b.assignments, key=lambda x: x.job)
+
+
+def test_global_stays_within_its_limit_on_a_hard_diverse_queue() -> None:
+    jobs, slots = diverse(4000, 800, seed=7)
+    limit = 0.6
+    settings = PlanSettings(solver_time_limit_s=limit)
+    t0 = time.perf_counter()
+    plan = get_policy("global").plan(PlanRequest.of(jobs, slots), settings)
+    elapsed = time.perf_counter() - t0
+    # the limit bounds the whole call; the margin covers selecting jobs and building the Plan
+    assert elapsed <= limit + 0.5, elapsed
+    packed = get_policy("lp-pack").plan(PlanRequest.of(jobs, slots), PlanSettings())
+    assert len(plan.assignments) >= len(packed.assignments)
