@@ -40,6 +40,7 @@ from condor_sched.model import Job, Plan, Slot
 from condor_sched.policies import devices as dv
 from condor_sched.policies.base import PlanRequest, PlanSettings, PolicyKind, cp_sat_solver, register
 from condor_sched.policies.knapsack import JobPool, greedy_fill, prepare
+from condor_sched.policies.packed import pack
 
 #: Above this many (shape, device) variables the devices are solved in blocks.
 MAX_MODEL_VARS = 20_000
@@ -50,6 +51,11 @@ MAX_PATTERNS = 2000
 BUILD_MARGIN_S = 0.1
 #: Share of the solver time limit the pattern model may use on large pools.
 PATTERN_SHARE = 0.25
+#: Share of the time limit the starting plans (lp-pack, the MCCK greedy) may use; the
+#: greedy stops there with a partial plan (wall clock only, not in deterministic mode).
+GREEDY_SHARE = 0.4
+#: A CP-SAT block is not started with less time than this left for it.
+MIN_BLOCK_S = 0.05
 #: Up to this many devices a second, best-fit greedy plan competes for the hint.
 TIGHT_HINT_MAX_DEVICES = 500
 
@@ -256,8 +262,15 @@ class GlobalPolicy:
         caps = {s.name: list(state.residual[s.name]) for s in open_slots}
         hw = {s.name: s.total.device_threads for s in open_slots}
 
+        deadline = t0 + settings.solver_time_limit_s - BUILD_MARGIN_S
+        fill_deadline = None if settings.deterministic else t0 + settings.solver_time_limit_s * GREEDY_SHARE
+
+        def out_of_time() -> bool:
+            return not settings.deterministic and time.perf_counter() >= deadline
+
         def run_greedy(tight: bool, start: dict[str, list[Job]] | None = None) -> dv.DeviceState:
-            """A greedy plan, optionally completing a partial one (``start``)."""
+            """A greedy plan, optionally completing a partial one (``start``); stopped at
+            the greedy share of the limit (still a valid plan)."""
             out = dv.DeviceState(
                 list(dslots), {k: list(v) for k, v in state.residual.items()}, set(state.reserved), [], {}
             )
@@ -267,7 +280,8 @@ class GlobalPolicy:
                     out.assign(job, s, dv.demand(job, settings))
                     done.add(job.key)
             left = [j for j in rest if j.key not in done]
-            greedy_fill(JobPool.build(left, settings), out, settings, tight=tight)
+            info = greedy_fill(JobPool.build(left, settings), out, settings, tight=tight, deadline=fill_deadline)
+            completed.append(bool(info.get("completed", True)))
             return out
 
         def score(st: dv.DeviceState) -> tuple[int, int]:
@@ -276,21 +290,28 @@ class GlobalPolicy:
             )
 
         by_key = {j.key: j for j in rest}
+        completed: list[bool] = []
+        packed_plan = dv.DeviceState(
+            list(dslots), {k: list(v) for k, v in state.residual.items()}, set(state.reserved), [], {}
+        )
+        pack(rest, packed_plan, settings, deadline=fill_deadline)
         greedy = mcck = run_greedy(False)
-        if len(open_slots) <= TIGHT_HINT_MAX_DEVICES:
+        hint_name = "mcck greedy"
+        if score(packed_plan) > score(greedy):
+            greedy, hint_name = packed_plan, "lp-pack"
+        if len(open_slots) <= TIGHT_HINT_MAX_DEVICES and not out_of_time():
             tight = run_greedy(True)
             if score(tight) > score(greedy):
-                greedy = tight
+                greedy, hint_name = tight, "best-fit greedy"
         full_pool = JobPool.build(rest, settings)
         n_shapes = max(1, len(_restricted_supply(full_pool, open_slots, caps)))
-        used_patterns = False
-        if len(open_slots) > 1:
-            budget = settings.solver_time_limit_s * PATTERN_SHARE
-            pattern = _pattern_plan(rest, open_slots, caps, settings, budget)
+        if len(open_slots) > 1 and not out_of_time():
+            budget = min(settings.solver_time_limit_s * PATTERN_SHARE, deadline - time.perf_counter())
+            pattern = _pattern_plan(rest, open_slots, caps, settings, budget) if budget > 0.05 else None
             if pattern is not None:
                 cand = run_greedy(False, pattern)
                 if score(cand) > score(greedy):
-                    greedy, used_patterns = cand, True
+                    greedy, hint_name = cand, "pattern model"
         greedy_jobs: dict[str, list[Job]] = {s.name: [] for s in open_slots}
         for a in greedy.assignments:
             greedy_jobs[a.slot].append(by_key[a.job])
@@ -304,10 +325,13 @@ class GlobalPolicy:
         statuses: list[str] = []
         bound_total = 0.0
         improved_blocks = 0
-        deadline = t0 + settings.solver_time_limit_s - BUILD_MARGIN_S
         for bi, block in enumerate(blocks):
             block_greedy = [j for s in block for j in greedy_jobs[s.name]]
-            if not leftover or (not settings.deterministic and time.perf_counter() >= deadline):
+            if settings.deterministic:
+                budget = settings.solver_time_limit_s / len(blocks)
+            else:
+                budget = (deadline - time.perf_counter()) / (len(blocks) - bi) - BUILD_MARGIN_S
+            if not leftover or (not settings.deterministic and budget < MIN_BLOCK_S):
                 for s in block:
                     final[s.name] = greedy_jobs[s.name]
                 continue
@@ -318,10 +342,6 @@ class GlobalPolicy:
                 for j in greedy_jobs[s.name]:
                     k = (dv.demand(j, settings), s.name)
                     hint[k] = hint.get(k, 0) + 1
-            if settings.deterministic:
-                budget = settings.solver_time_limit_s / len(blocks)
-            else:
-                budget = (deadline - time.perf_counter()) / (len(blocks) - bi) - BUILD_MARGIN_S
             counts, info = _solve_block(supply, block, caps, hint, settings, budget)
             statuses.append(str(info["status"]))
             if "bound" in info:
@@ -352,7 +372,8 @@ class GlobalPolicy:
             "blocks_improved": improved_blocks,
             "cp_sat_status": sorted(set(statuses)),
             "greedy_placed": greedy_placed + len(base_assignments),
-            "hint": "pattern model" if used_patterns else "best-fit greedy" if greedy is not mcck else "mcck greedy",
+            "hint": hint_name,
+            "greedy_completed": completed[0],
             "extra_over_greedy": placed - greedy_placed,
             "starving_placed": len(base_assignments),
             "placed_upper_bound": int(bound_total) + len(base_assignments) if len(blocks) == 1 and statuses else None,

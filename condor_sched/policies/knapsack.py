@@ -307,18 +307,25 @@ def _solve_device(
 
 
 def greedy_fill(
-    pool: JobPool, state: dv.DeviceState, settings: PlanSettings, tight: bool = False
+    pool: JobPool, state: dv.DeviceState, settings: PlanSettings, tight: bool = False,
+    deadline: float | None = None,
 ) -> dict[str, object]:
     """Fig. 4: fill each open device in turn with an exact knapsack over the jobs left.
 
     Returns solver stats; assignments go to ``state``. ``tight`` (used by ``global`` for a
     second starting plan) breaks ties between equal packings by the most device memory
-    used, over every shape, instead of taking each class's smallest jobs."""
+    used, over every shape, instead of taking each class's smallest jobs. ``deadline`` (a
+    ``time.perf_counter()`` value, ``global`` only) stops before the next device once
+    passed, leaving a partial but valid plan; ``stats["completed"]`` says whether it did."""
     memo: dict[tuple, tuple[list[int], bool]] = {}
     solves = hits = 0
     exact = True
+    completed = True
     for slot in state.open_slots():
         if not pool.classes:
+            break
+        if deadline is not None and time.perf_counter() > deadline:
+            completed = False
             break
         cap = state.residual[slot.name]
         hw = slot.total.device_threads
@@ -349,7 +356,10 @@ def greedy_fill(
                 state.assign(job, slot, dv.demand(job, settings))
         if per_class:
             pool.prune()
-    return {"knapsack_solves": solves, "knapsack_cache_hits": hits, "solver_exact": exact}
+    stats: dict[str, object] = {"knapsack_solves": solves, "knapsack_cache_hits": hits, "solver_exact": exact}
+    if deadline is not None:
+        stats["completed"] = completed
+    return stats
 
 
 def prepare(request: PlanRequest, settings: PlanSettings, aging: bool = True):
