@@ -112,3 +112,39 @@ def test_global_stays_within_its_limit_on_a_hard_diverse_queue() -> None:
     assert elapsed <= limit + 0.5, elapsed
     packed = get_policy("lp-pack").plan(PlanRequest.of(jobs, slots), PlanSettings())
     assert len(plan.assignments) >= len(packed.assignments)
+
+
+diverse_queues = st.tuples(st.integers(1, 60), st.integers(1, 8), st.integers(0, 10_000))
+
+
+@hsettings(max_examples=40, deadline=None)
+@given(diverse_queues)
+def test_knapsack_reusing_answers_gives_the_plain_mcck_plan(queue) -> None:
+    """The exact speed-up (the last answer on an equal device taken again while it still
+    fits) gives the same plan as solving every device's knapsack afresh."""
+    from condor_sched.policies.knapsack import JobPool, greedy_fill
+
+    n_jobs, n_devices, seed = queue
+    jobs, slots = diverse(n_jobs, n_devices, seed)
+    rng = random.Random(seed)
+    jobs = [Job(key=j.key, owner=j.owner, status=j.status, submitted_at_s=j.submitted_at_s,
+                request=Resources(cpus=rng.choice((1, 1, 2)), memory_mb=100,
+                                  device_memory_mb=j.request.device_memory_mb,
+                                  device_threads=j.request.device_threads)) for j in jobs]
+    settings = PlanSettings()
+    plans = []
+    for reuse in (True, False):
+        state = dv.DeviceState.start(dv.device_slots(slots), settings)
+        greedy_fill(JobPool.build(dv.device_jobs(jobs), settings), state, settings, reuse=reuse)
+        plans.append(state.assignments)
+    assert plans[0] == plans[1]
+    policy_plan = get_policy("knapsack").plan(PlanRequest.of(jobs, slots), settings)
+    assert list(policy_plan.assignments) == plans[1]
+
+
+def test_knapsack_reuses_answers_on_a_diverse_queue() -> None:
+    jobs, slots = diverse(2000, 300, seed=1)
+    stats = get_policy("knapsack").plan(PlanRequest.of(jobs, slots), PlanSettings()).stats
+    assert stats["knapsack_reuses"] > 0
+    assert stats["knapsack_solves"] + stats["knapsack_reuses"] + stats["knapsack_cache_hits"] <= len(slots)
+    assert stats["knapsack_solves"] < 0.75 * len(slots)
