@@ -14,17 +14,23 @@ waste threads). This policy trades per-device exactness for a cluster-wide view:
 3. *fill*: every job still unplaced, smallest dominant share first, best-fit onto any
    device it fits.
 
-A few (f, packing) candidates run (``CANDIDATES``) and the plan placing most jobs (then
-the larger Eq. 1 sum, then the first) is kept. Within a shape the oldest jobs go first.
-Deviations from paper 002: no per-device exact knapsack, and Eq. 1 enters only through the
-LP preferring few threads and as a tie-break between candidates. The aging rule of
+A third candidate is Fig. 4's greedy itself (``mcck``) with each device's DP limited to
+``MCCK_CELL_BUDGET / devices`` states (exact up to 100 devices, coarser beyond: demands
+round up, so never oversubscribed) and the last answer on an equal device taken again
+while it fits. The candidates run in turn (``CANDIDATES``) and the plan placing most jobs
+(then the larger Eq. 1 sum, then the first) is kept. Within a shape the oldest jobs go first.
+Deviations from paper 002: the LP-guided candidates solve no per-device knapsack and the
+``mcck`` candidate's is coarser beyond 100 devices; Eq. 1 is the ``mcck`` knapsacks'
+second criterion, as in ``knapsack``, and the tie-break between candidates. The aging rule of
 ``devices.py`` runs first, as for every device policy. No clock or randomness decides
 anything.
 
-Not the sidecar's default (that stays ``knapsack``): it is fast (10k jobs on 2k devices in
-about 0.5 s, 100k on 10k in a few seconds) and beats MCCK on mid-size diverse queues, but
-on small pools and on queues far larger than the devices can hold MCCK's exact
-per-device knapsack places more (README, Benchmarks).
+Why it is the sidecar's default (``settings.SidecarSettings.policy``, issue 11): exact MCCK
+takes seconds per cycle on shape-diverse queues (10k jobs on 2k devices: about 4 s) and
+places fewer jobs there; this plans them in well under 1 s and 100k jobs on 10k devices in a
+few seconds, and on pools of up to 100 devices its ``mcck`` candidate *is* exact MCCK, so
+it never places fewer jobs than ``knapsack`` there. ``knapsack`` stays registered
+unchanged, for reproducing paper 002.
 """
 from __future__ import annotations
 
@@ -38,13 +44,16 @@ from condor_sched.model import Job, Plan, Slot
 from condor_sched.policies import devices as dv
 from condor_sched.policies.base import PlanRequest, PlanSettings, PolicyKind, register
 from condor_sched.policies.bounds import device_groups, group_lp
-from condor_sched.policies.knapsack import JobPool, greedy_fill, prepare
+from condor_sched.policies.knapsack import MAX_DP_CELLS, JobPool, greedy_fill, prepare
 
 #: (fill factor, packing) tried; ``dot`` only up to ``DOT_MAX_CELLS`` shapes x devices.
 CANDIDATES: tuple[tuple[float, str], ...] = ((0.92, "bfd"), (0.0, "mcck"), (0.9, "dot"))
 DOT_MAX_CELLS = 300_000
-#: DP states per device knapsack of the ``mcck`` candidate (``knapsack`` allows 4M).
-MCCK_MAX_CELLS = 200_000
+#: DP states per device knapsack of the ``mcck`` candidate: ``MCCK_CELL_BUDGET`` over the
+#: devices, at least ``MCCK_MIN_CELLS``, at most ``knapsack.MAX_DP_CELLS`` (exact MCCK, the
+#: ``knapsack`` plan itself, on pools of up to 100 devices).
+MCCK_CELL_BUDGET = 400_000_000
+MCCK_MIN_CELLS = 200_000
 
 
 def _best_fit_batch(
@@ -129,10 +138,11 @@ def _coarse_mcck(
     rest: Sequence[Job], slots: list[Slot], caps: dict[str, list[int]], settings: PlanSettings,
     deadline: float | None = None,
 ) -> list[tuple[Job, Slot, dv.Capacity]]:
-    """Fig. 4's greedy with the per-device DP on at most ``MCCK_MAX_CELLS`` states (stopped
-    at ``deadline`` with a partial plan, ``global`` only)."""
+    """Fig. 4's greedy with a per-device DP of at most ``MCCK_CELL_BUDGET / devices`` states
+    (stopped at ``deadline`` with a partial plan, ``global`` only)."""
     state = dv.DeviceState(list(slots), {k: list(v) for k, v in caps.items()}, set(), [], {})
-    greedy_fill(JobPool.build(rest, settings), state, settings, deadline=deadline, max_cells=MCCK_MAX_CELLS,
+    cells = min(MAX_DP_CELLS, max(MCCK_MIN_CELLS, MCCK_CELL_BUDGET // max(1, len(slots))))
+    greedy_fill(JobPool.build(rest, settings), state, settings, deadline=deadline, max_cells=cells,
                 reuse_inexact=True)
     by_key = {j.key: j for j in rest}
     by_name = {s.name: s for s in slots}

@@ -148,3 +148,22 @@ def test_knapsack_reuses_answers_on_a_diverse_queue() -> None:
     assert stats["knapsack_reuses"] > 0
     assert stats["knapsack_solves"] + stats["knapsack_reuses"] + stats["knapsack_cache_hits"] <= len(slots)
     assert stats["knapsack_solves"] < 0.75 * len(slots)
+
+
+@hsettings(max_examples=30, deadline=None)
+@given(diverse_queues)
+def test_lp_pack_never_places_fewer_jobs_than_knapsack_on_small_pools(queue) -> None:
+    n_jobs, n_devices, seed = queue
+    jobs, slots = diverse(n_jobs, n_devices, seed)
+    settings = PlanSettings()
+    packed = get_policy("lp-pack").plan(PlanRequest.of(jobs, slots), settings)
+    mcck = get_policy("knapsack").plan(PlanRequest.of(jobs, slots), settings)
+    assert len(packed.assignments) >= len(mcck.assignments)
+
+
+def test_the_sidecar_default_is_a_registered_device_policy() -> None:
+    from condor_sched.policies import PolicyKind, policy_names
+    from condor_sched.settings import SidecarSettings, settings_from_knobs
+
+    assert SidecarSettings().policy in policy_names(PolicyKind.DEVICE)
+    assert settings_from_knobs({}).policy == SidecarSettings().policy
