@@ -30,8 +30,11 @@ Two exact solvers behind ``solve_knapsack`` (``settings.knapsack_solver``):
 Scale: within a *class* (jobs equal in every demand but device memory, hence equal in
 value) an optimal packing may always use the class's smallest-memory jobs, so each device
 only sees, per class, the few smallest jobs that could fit it; identical (capacity,
-candidates) problems are solved once. The job actually placed from a class is then the
-smallest (ties: oldest, then key) so big jobs of a class wait for the aging rule.
+candidates) problems are solved once, and a device equal in free capacity to an earlier
+one takes that one's exact answer (jobs per class) again while the jobs left allow it: it
+is then still optimal, because jobs only leave the pool (``greedy_fill``). The job actually
+placed from a class is then the smallest (ties: oldest, then key) so big jobs of a class
+wait for the aging rule. These keep every plan the same as solving each device afresh.
 """
 from __future__ import annotations
 

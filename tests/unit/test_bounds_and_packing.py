@@ -102,6 +102,8 @@ def test_lp_pack_plan_is_deterministic() -> None:
 
 
 def test_global_stays_within_its_limit_on_a_hard_diverse_queue() -> None:
+    from condor_sched.policies import packed
+
     jobs, slots = diverse(4000, 800, seed=7)
     limit = 0.6
     settings = PlanSettings(solver_time_limit_s=limit)
@@ -109,9 +111,12 @@ def test_global_stays_within_its_limit_on_a_hard_diverse_queue() -> None:
     plan = get_policy("global").plan(PlanRequest.of(jobs, slots), settings)
     elapsed = time.perf_counter() - t0
     # the limit bounds the whole call; the margin covers selecting jobs and building the Plan
-    assert elapsed <= limit + 0.5, elapsed
-    packed = get_policy("lp-pack").plan(PlanRequest.of(jobs, slots), PlanSettings())
-    assert len(plan.assignments) >= len(packed.assignments)
+    assert elapsed <= limit + 0.25, elapsed
+    # lp-pack's first candidate always completes, and nothing worse replaces it
+    caps = {s.name: list(dv.free_capacity(s, settings)) for s in slots}
+    fill, packing = packed.CANDIDATES[0]
+    first = packed._candidate(fill, packing, dv.device_jobs(jobs), dv.device_slots(slots), caps, settings)
+    assert len(plan.assignments) >= len(first)
 
 
 diverse_queues = st.tuples(st.integers(1, 60), st.integers(1, 8), st.integers(0, 10_000))
