@@ -10,7 +10,9 @@ group g of n_g devices; jobs equal in demand form a shape s with supply c_s. The
 
 (k_{s,g}: how many jobs of shape s one device of g holds alone, 0 where s does not fit it,
 e.g. more threads than the device has) is a relaxation of every device plan: the counts of
-a plan satisfy all of it. Its optimum, rounded down, therefore bounds the number of jobs
+a plan satisfy all of it. With more than ``MAX_EXACT_GROUPS`` distinct free capacities
+(partly used devices) a group is a device type instead, n_g C_{g,d} its summed free
+capacity and k_{s,g} taken at its largest free amounts: a looser relaxation, still a bound. Its optimum, rounded down, therefore bounds the number of jobs
 any plan places. It is at most the aggregate bound (jobs smallest-first in each dimension
 against the sum of all devices' capacities) and often well below it, because a shape only
 counts against the groups it fits.
@@ -27,23 +29,50 @@ from condor_sched.policies.base import PlanSettings
 #: Slack for the LP solver's tolerance before rounding down (never lowers a true bound
 #: by a job: the optimum of an integral plan is an integer).
 LP_TOLERANCE = 1e-6
+#: Most distinct (free capacity, hardware threads) groups before devices are grouped by
+#: their totals (keeps the LP small on a live pool of partly used devices).
+MAX_EXACT_GROUPS = 64
 
 
 @dataclass(frozen=True, slots=True)
 class GroupLP:
-    """The device-group LP's optimum: the bound, and per (shape, group) the LP's counts."""
+    """The device-group LP's optimum: the bound, and per (shape, group key) the LP's counts."""
 
     bound: int
     value: float
-    counts: dict[tuple[dv.Capacity, tuple[tuple[int, ...], int]], float]
+    counts: dict[tuple[dv.Capacity, tuple], float]
 
 
-def device_groups(slots: Sequence[Slot], caps: dict[str, Sequence[int]]) -> dict[tuple[tuple[int, ...], int], list[Slot]]:
-    """Devices keyed by (free capacity, hardware threads), in slot order within a group."""
-    groups: dict[tuple[tuple[int, ...], int], list[Slot]] = {}
+@dataclass(frozen=True, slots=True)
+class DeviceGroup:
+    """Devices one LP column set stands for: their summed free capacity, the largest free
+    amount of any of them in each dimension, and their hardware threads."""
+
+    members: list[Slot]
+    capacity_sum: tuple[int, ...]
+    capacity_max: tuple[int, ...]
+    hardware_threads: int
+
+
+def device_groups(slots: Sequence[Slot], caps: dict[str, Sequence[int]],
+                  max_groups: int = MAX_EXACT_GROUPS) -> dict[tuple, DeviceGroup]:
+    """Devices keyed by (free capacity, hardware threads), in slot order within a group. With
+    more than ``max_groups`` such keys (a live pool's partly used devices) they are grouped
+    by (total capacity, hardware threads) instead: still a relaxation (a group's rows hold
+    its summed free capacity, a job counts as fitting it if it fits the largest amounts)."""
+    keyed: dict[tuple, list[Slot]] = {}
     for s in slots:
-        groups.setdefault((tuple(caps[s.name]), s.total.device_threads), []).append(s)
-    return groups
+        keyed.setdefault((tuple(caps[s.name]), s.total.device_threads), []).append(s)
+    if len(keyed) > max_groups:
+        keyed = {}
+        for s in slots:
+            keyed.setdefault((s.total, s.total.device_threads), []).append(s)
+    out = {}
+    for key, members in keyed.items():
+        rows = [caps[s.name] for s in members]
+        out[key] = DeviceGroup(members, tuple(map(sum, zip(*rows))), tuple(map(max, zip(*rows))),
+                               members[0].total.device_threads)
+    return out
 
 
 def per_device_count(need: Sequence[int], cap: Sequence[int], hardware_threads: int) -> int:
@@ -53,31 +82,29 @@ def per_device_count(need: Sequence[int], cap: Sequence[int], hardware_threads: 
     return min([cap[d] // need[d] for d in range(dv.N_DIMENSIONS) if need[d] > 0], default=1 << 30)
 
 
-def group_lp(supply: dict[dv.Capacity, int], groups: dict[tuple[tuple[int, ...], int], list[Slot]],
-             fill: float = 1.0) -> GroupLP:
+def group_lp(supply: dict[dv.Capacity, int], groups: dict[tuple, DeviceGroup], fill: float = 1.0) -> GroupLP:
     """Solve the device-group LP (module docstring) with GLOP; ``fill`` < 1 scales every
     group's capacity down (``lp-pack`` selects with slack for packing; not a bound then)."""
     from ortools.linear_solver import pywraplp
 
     solver = pywraplp.Solver.CreateSolver("GLOP")
-    x: dict[tuple[dv.Capacity, tuple[tuple[int, ...], int]], object] = {}
+    x: dict[tuple[dv.Capacity, tuple], object] = {}
     per_shape: dict[dv.Capacity, list] = {}
-    for g, members in groups.items():
-        cap, hw = g
+    for key, g in groups.items():
         rows: list[list] = [[] for _ in range(dv.N_DIMENSIONS)]
         for need, c in supply.items():
-            k = per_device_count(need, cap, hw)
+            k = per_device_count(need, g.capacity_max, g.hardware_threads)
             if k <= 0 or c <= 0:
                 continue
-            var = solver.NumVar(0.0, float(min(c, k * len(members))), "")
-            x[need, g] = var
+            var = solver.NumVar(0.0, float(min(c, k * len(g.members))), "")
+            x[need, key] = var
             per_shape.setdefault(need, []).append(var)
             for d in range(dv.N_DIMENSIONS):
                 if need[d]:
                     rows[d].append((need[d], var))
         for d in range(dv.N_DIMENSIONS):
             if rows[d]:
-                ct = solver.Constraint(-solver.infinity(), fill * float(len(members) * cap[d]))
+                ct = solver.Constraint(-solver.infinity(), fill * float(g.capacity_sum[d]))
                 for a, var in rows[d]:
                     ct.SetCoefficient(var, float(a))
     if not x:

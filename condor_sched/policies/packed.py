@@ -87,28 +87,6 @@ def _best_fit_batch(
     return out
 
 
-def _worst_fit_batch(
-    need: Sequence[int], count: int, residual: np.ndarray, scale: np.ndarray, hardware_threads: np.ndarray
-) -> list[tuple[int, int]]:
-    """Up to ``count`` jobs of demand ``need`` dealt one at a time onto the fitting row of
-    ``residual`` with most scaled room (updated in place): (row, jobs) pairs."""
-    a = np.asarray(need, dtype=np.int64)
-    taken: dict[int, int] = {}
-    left = count
-    while left > 0:
-        ok = (residual >= a).all(axis=1) & (hardware_threads >= a[dv.THREADS])
-        rows = np.flatnonzero(ok)
-        if not len(rows):
-            break
-        room = (residual[rows] * scale[rows]).sum(axis=1)
-        rows = rows[np.argsort(-room, kind="stable")][:left]
-        residual[rows] -= a
-        for r in rows.tolist():
-            taken[r] = taken.get(r, 0) + 1
-        left -= len(rows)
-    return sorted(taken.items())
-
-
 def _dot_fill(
     shapes: list[dv.Capacity], counts: np.ndarray, residual: np.ndarray, scale: np.ndarray,
     hardware_threads: np.ndarray,
@@ -161,7 +139,7 @@ def _candidate(
         shapes.setdefault(dv.demand(job, settings), deque()).append(job)
     groups = device_groups(slots, caps)
     lp = group_lp({k: len(v) for k, v in shapes.items()}, groups, fill)
-    ordered = [s for members in groups.values() for s in members]
+    ordered = [s for g in groups.values() for s in g.members]
     if packing == "dot":
         ordered = sorted(ordered, key=lambda s: s.name)
     residual = np.array([caps[s.name] for s in ordered], dtype=np.int64).reshape(-1, dv.N_DIMENSIONS)
@@ -178,18 +156,7 @@ def _candidate(
     for (need, _), x in lp.counts.items():
         selected[need] = selected.get(need, 0) + x
     chosen = {n: min(len(shapes[n]), int(x + 1e-6)) for n, x in selected.items()}
-    if packing == "wfd":
-        offset = 0
-        for g, members in groups.items():
-            part = slice(offset, offset + len(members))
-            gcap = np.maximum(np.asarray(g[0], dtype=float), 1.0)
-            wanted = {n: int(x + 1e-6) for (n, gk), x in lp.counts.items() if gk == g and x >= 1 - 1e-6}
-            for need in sorted(wanted, key=lambda n: (-max(a / c for a, c in zip(n, gcap)), n)):
-                n = min(wanted[need], len(shapes[need]))
-                for row, t in _worst_fit_batch(need, n, residual[part], scale[part], hardware_threads[part]):
-                    out += [(shapes[need].popleft(), ordered[offset + row], need) for _ in range(t)]
-            offset += len(members)
-    elif packing == "dot":
+    if packing == "dot":
         names = sorted(chosen, key=lambda n: (share(n), n))
         counts = np.array([chosen[n] for n in names], dtype=np.int64)
         for row, k in _dot_fill(names, counts, residual, scale, hardware_threads):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 
 from hypothesis import given, settings as hsettings, strategies as st
 from ortools.sat.python import cp_model
@@ -10,7 +11,7 @@ from ortools.sat.python import cp_model
 from condor_sched.model import Job, JobKey, JobStatus, Resources, Slot, SlotKind
 from condor_sched.policies import PlanRequest, PlanSettings, get_policy
 from condor_sched.policies import devices as dv
-from condor_sched.policies.bounds import aggregate_upper_bound, placed_upper_bound
+from condor_sched.policies.bounds import aggregate_upper_bound, device_groups, group_lp, placed_upper_bound
 
 
 def job(i: int, mem: int, threads: int, cpus: int = 1) -> Job:
@@ -59,18 +60,26 @@ def exact_optimum(jobs: list[Job], slots: list[Slot], settings: PlanSettings) ->
 small_jobs = st.lists(st.tuples(st.integers(1, 70).map(lambda g: 50 * g), st.sampled_from([4, 30, 60, 120, 240]),
                                 st.integers(1, 3)), min_size=1, max_size=9)
 small_devices = st.lists(st.tuples(st.sampled_from([2048, 4096, 8192]), st.sampled_from([120, 228, 240]),
-                                   st.integers(1, 4)), min_size=1, max_size=3)
+                                   st.integers(1, 4), st.integers(0, 2)), min_size=1, max_size=3)
 
 
 @hsettings(max_examples=60, deadline=None)
 @given(small_jobs, small_devices)
 def test_lp_bound_is_never_below_the_exact_optimum(js, ds) -> None:
     jobs = [job(i, m, t, c) for i, (m, t, c) in enumerate(js)]
-    slots = [device(i, m, t, c) for i, (m, t, c) in enumerate(ds)]
+    slots = [device(i, m, t, c) for i, (m, t, c, _) in enumerate(ds)]
+    slots = [s.with_free(Resources(cpus=s.total.cpus, memory_mb=s.total.memory_mb,
+                                   device_memory_mb=s.total.device_memory_mb // (used + 1),
+                                   device_threads=s.total.device_threads - 30 * used))
+             for s, (_, _, _, used) in zip(slots, ds)]  # some devices partly used
     settings = PlanSettings()
     optimum = exact_optimum(jobs, slots, settings)
     bound = placed_upper_bound(jobs, slots, settings)
     assert optimum <= bound <= aggregate_upper_bound(jobs, slots, settings)
+    # devices grouped by type (a live pool's partly used devices): looser, still a bound
+    caps = {s.name: list(dv.free_capacity(s, settings)) for s in slots}
+    supply = Counter(dv.demand(j, settings) for j in jobs)
+    assert group_lp(supply, device_groups(slots, caps, max_groups=0)).bound >= optimum
     for name in ("knapsack", "lp-pack", "global"):
         assert len(get_policy(name).plan(PlanRequest.of(jobs, slots), settings).assignments) <= optimum
 
