@@ -58,7 +58,7 @@ PATTERN_SHARE = 0.25
 #: greedy stops there with a partial plan (wall clock only, not in deterministic mode).
 GREEDY_SHARE = 0.6
 #: Time kept back per job considered for assembling the Plan after the last solve.
-FINISH_S_PER_JOB = 6e-6
+FINISH_S_PER_JOB = 1e-5
 #: A CP-SAT block is not started with less time than this left for it.
 MIN_BLOCK_S = 0.05
 #: Up to this many devices a second, best-fit greedy plan competes for the hint.
@@ -268,7 +268,9 @@ class GlobalPolicy:
         hw = {s.name: s.total.device_threads for s in open_slots}
 
         deadline = t0 + settings.solver_time_limit_s - BUILD_MARGIN_S - FINISH_S_PER_JOB * len(considered)
-        fill_deadline = None if settings.deterministic else t0 + settings.solver_time_limit_s * GREEDY_SHARE
+        fill_deadline = None
+        if not settings.deterministic:
+            fill_deadline = min(deadline, t0 + settings.solver_time_limit_s * GREEDY_SHARE)
 
         def out_of_time() -> bool:
             return not settings.deterministic and time.perf_counter() >= deadline
