@@ -304,8 +304,10 @@ class GlobalPolicy:
         pack(rest, packed_plan, settings, deadline=fill_deadline)
         greedy, hint_name = packed_plan, "lp-pack"
         mcck: dv.DeviceState | None = None
+        mcck_completed = False
         if settings.deterministic or time.perf_counter() < fill_deadline:
             mcck = run_greedy(False)
+            mcck_completed = completed[-1]
             if score(mcck) >= score(greedy):
                 greedy, hint_name = mcck, "mcck greedy"
         if len(open_slots) <= TIGHT_HINT_MAX_DEVICES and not out_of_time():
@@ -383,7 +385,7 @@ class GlobalPolicy:
             "cp_sat_status": sorted(set(statuses)),
             "greedy_placed": greedy_placed + len(base_assignments),
             "hint": hint_name,
-            "greedy_completed": bool(completed) and completed[0],
+            "greedy_completed": mcck_completed,
             "extra_over_greedy": placed - greedy_placed,
             "starving_placed": len(base_assignments),
             "placed_upper_bound": int(bound_total) + len(base_assignments) if len(blocks) == 1 and statuses else None,
