@@ -26,7 +26,7 @@ second criterion, as in ``knapsack``, and the tie-break between candidates. The 
 anything.
 
 Why it is the sidecar's default (``settings.SidecarSettings.policy``, issue 11): exact MCCK
-takes seconds per cycle on shape-diverse queues (10k jobs on 2k devices: about 4 s) and
+takes seconds per cycle on shape-diverse queues (10k jobs on 2k devices: 4-5 s) and
 places fewer jobs there; this plans them in well under 1 s and 100k jobs on 10k devices in a
 few seconds, and on pools of up to 100 devices its ``mcck`` candidate *is* exact MCCK, so
 it never places fewer jobs than ``knapsack`` there. ``knapsack`` stays registered
