@@ -17,7 +17,7 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class SidecarSettings:
-    policy: str = "knapsack"
+    policy: str = "lp-pack"  # fast at any queue size (issue 11); policies/packed.py says why
     spread_policy: str = "sns"
     profile_dir: str = ""
     profile_runs_dir: str = ""

@@ -10,6 +10,7 @@ __all__ = ["PlanRequest", "PlanSettings", "Policy", "PolicyError", "PolicyKind",
 from condor_sched.policies import exclusive  # noqa: E402,F401
 from condor_sched.policies import global_cpsat  # noqa: E402,F401
 from condor_sched.policies import knapsack  # noqa: E402,F401
+from condor_sched.policies import packed  # noqa: E402,F401
 from condor_sched.policies import random_packing  # noqa: E402,F401
 from condor_sched.policies import sns  # noqa: E402,F401
 from condor_sched.policies import sns_global  # noqa: E402,F401

@@ -1,4 +1,4 @@
-"""``global``: all devices packed jointly with OR-Tools CP-SAT, never worse than MCCK.
+"""``global``: all devices packed jointly with OR-Tools CP-SAT, within its time limit.
 
 Paper 002 fills devices one by one (Fig. 4); this policy solves the multiple knapsack over
 all devices at once with the same objective as ``knapsack.py``: most jobs placed, ties
@@ -20,11 +20,14 @@ Model size (FACTS.md: a flat x[job, device] model is hopeless at 2000 x 200):
   another within the time limit, each over the jobs the best plan so far put there plus
   the jobs still unplaced.
 
-Guarantee: the greedy MCCK plan, a best-fit variant (up to ``TIGHT_HINT_MAX_DEVICES``
-devices) and the pattern plan are computed first; the best of them is the hint
-(``add_hint``) and the fallback. A CP-SAT answer (per block) replaces it only when it
-places at least as many jobs with at least the same objective, so ``global`` never places
-fewer jobs than ``knapsack``. With
+Time limit: ``settings.solver_time_limit_s`` bounds the whole call (issue 11), not only
+CP-SAT. The starting plans come first: ``lp-pack`` and the greedy MCCK plan, which stops
+at ``GREEDY_SHARE`` of the limit with a partial (valid) plan; a best-fit variant (up to
+``TIGHT_HINT_MAX_DEVICES`` devices) and the pattern plan only while time is left. The best
+of them is the hint (``add_hint``) and the fallback when time runs out. A CP-SAT answer
+(per block) replaces it only when it places at least as many jobs with at least the same
+objective, so ``global`` never places fewer jobs than ``knapsack`` whenever the greedy
+completed (``stats["greedy_completed"]``; always in deterministic mode). With
 ``settings.deterministic`` CP-SAT runs one worker under ``max_deterministic_time`` and no
 wall clock decides anything (byte-identical plans for the simulator).
 """
@@ -40,6 +43,7 @@ from condor_sched.model import Job, Plan, Slot
 from condor_sched.policies import devices as dv
 from condor_sched.policies.base import PlanRequest, PlanSettings, PolicyKind, cp_sat_solver, register
 from condor_sched.policies.knapsack import JobPool, greedy_fill, prepare
+from condor_sched.policies.packed import pack
 
 #: Above this many (shape, device) variables the devices are solved in blocks.
 MAX_MODEL_VARS = 20_000
@@ -50,6 +54,13 @@ MAX_PATTERNS = 2000
 BUILD_MARGIN_S = 0.1
 #: Share of the solver time limit the pattern model may use on large pools.
 PATTERN_SHARE = 0.25
+#: Share of the time limit the starting plans (lp-pack, the MCCK greedy) may use; the
+#: greedy stops there with a partial plan (wall clock only, not in deterministic mode).
+GREEDY_SHARE = 0.6
+#: Time kept back per job considered for assembling the Plan after the last solve.
+FINISH_S_PER_JOB = 1e-5
+#: A CP-SAT block is not started with less time than this left for it.
+MIN_BLOCK_S = 0.05
 #: Up to this many devices a second, best-fit greedy plan competes for the hint.
 TIGHT_HINT_MAX_DEVICES = 500
 
@@ -256,8 +267,17 @@ class GlobalPolicy:
         caps = {s.name: list(state.residual[s.name]) for s in open_slots}
         hw = {s.name: s.total.device_threads for s in open_slots}
 
+        deadline = t0 + settings.solver_time_limit_s - BUILD_MARGIN_S - FINISH_S_PER_JOB * len(considered)
+        fill_deadline = None
+        if not settings.deterministic:
+            fill_deadline = min(deadline, t0 + settings.solver_time_limit_s * GREEDY_SHARE)
+
+        def out_of_time() -> bool:
+            return not settings.deterministic and time.perf_counter() >= deadline
+
         def run_greedy(tight: bool, start: dict[str, list[Job]] | None = None) -> dv.DeviceState:
-            """A greedy plan, optionally completing a partial one (``start``)."""
+            """A greedy plan, optionally completing a partial one (``start``); stopped at
+            the greedy share of the limit (still a valid plan)."""
             out = dv.DeviceState(
                 list(dslots), {k: list(v) for k, v in state.residual.items()}, set(state.reserved), [], {}
             )
@@ -267,7 +287,8 @@ class GlobalPolicy:
                     out.assign(job, s, dv.demand(job, settings))
                     done.add(job.key)
             left = [j for j in rest if j.key not in done]
-            greedy_fill(JobPool.build(left, settings), out, settings, tight=tight)
+            info = greedy_fill(JobPool.build(left, settings), out, settings, tight=tight, deadline=fill_deadline)
+            completed.append(bool(info.get("completed", True)))
             return out
 
         def score(st: dv.DeviceState) -> tuple[int, int]:
@@ -276,21 +297,33 @@ class GlobalPolicy:
             )
 
         by_key = {j.key: j for j in rest}
-        greedy = mcck = run_greedy(False)
-        if len(open_slots) <= TIGHT_HINT_MAX_DEVICES:
+        completed: list[bool] = []
+        packed_plan = dv.DeviceState(
+            list(dslots), {k: list(v) for k, v in state.residual.items()}, set(state.reserved), [], {}
+        )
+        pack(rest, packed_plan, settings, deadline=fill_deadline)
+        greedy, hint_name = packed_plan, "lp-pack"
+        mcck: dv.DeviceState | None = None
+        mcck_completed = False
+        if settings.deterministic or time.perf_counter() < fill_deadline:
+            mcck = run_greedy(False)
+            mcck_completed = completed[-1]
+            if score(mcck) >= score(greedy):
+                greedy, hint_name = mcck, "mcck greedy"
+        if len(open_slots) <= TIGHT_HINT_MAX_DEVICES and not out_of_time():
             tight = run_greedy(True)
             if score(tight) > score(greedy):
-                greedy = tight
-        full_pool = JobPool.build(rest, settings)
-        n_shapes = max(1, len(_restricted_supply(full_pool, open_slots, caps)))
-        used_patterns = False
-        if len(open_slots) > 1:
-            budget = settings.solver_time_limit_s * PATTERN_SHARE
-            pattern = _pattern_plan(rest, open_slots, caps, settings, budget)
+                greedy, hint_name = tight, "best-fit greedy"
+        n_shapes = 1
+        if not out_of_time():
+            n_shapes = max(1, len(_restricted_supply(JobPool.build(rest, settings), open_slots, caps)))
+        if len(open_slots) > 1 and not out_of_time():
+            budget = min(settings.solver_time_limit_s * PATTERN_SHARE, deadline - time.perf_counter())
+            pattern = _pattern_plan(rest, open_slots, caps, settings, budget) if budget > 0.05 else None
             if pattern is not None:
                 cand = run_greedy(False, pattern)
                 if score(cand) > score(greedy):
-                    greedy, used_patterns = cand, True
+                    greedy, hint_name = cand, "pattern model"
         greedy_jobs: dict[str, list[Job]] = {s.name: [] for s in open_slots}
         for a in greedy.assignments:
             greedy_jobs[a.slot].append(by_key[a.job])
@@ -304,10 +337,13 @@ class GlobalPolicy:
         statuses: list[str] = []
         bound_total = 0.0
         improved_blocks = 0
-        deadline = t0 + settings.solver_time_limit_s - BUILD_MARGIN_S
         for bi, block in enumerate(blocks):
             block_greedy = [j for s in block for j in greedy_jobs[s.name]]
-            if not leftover or (not settings.deterministic and time.perf_counter() >= deadline):
+            if settings.deterministic:
+                budget = settings.solver_time_limit_s / len(blocks)
+            else:
+                budget = (deadline - time.perf_counter()) / (len(blocks) - bi) - BUILD_MARGIN_S
+            if not leftover or (not settings.deterministic and budget < MIN_BLOCK_S):
                 for s in block:
                     final[s.name] = greedy_jobs[s.name]
                 continue
@@ -318,10 +354,6 @@ class GlobalPolicy:
                 for j in greedy_jobs[s.name]:
                     k = (dv.demand(j, settings), s.name)
                     hint[k] = hint.get(k, 0) + 1
-            if settings.deterministic:
-                budget = settings.solver_time_limit_s / len(blocks)
-            else:
-                budget = (deadline - time.perf_counter()) / (len(blocks) - bi) - BUILD_MARGIN_S
             counts, info = _solve_block(supply, block, caps, hint, settings, budget)
             statuses.append(str(info["status"]))
             if "bound" in info:
@@ -344,7 +376,7 @@ class GlobalPolicy:
         for s in open_slots:
             for job in final.get(s.name, []):
                 state.assign(job, slot_by_name[s.name], dv.demand(job, settings))
-        greedy_placed = len(mcck.assignments)
+        greedy_placed = len(mcck.assignments) if mcck is not None else 0
         placed = len(state.assignments) - len(base_assignments)
         stats = {
             "solver": "cp-sat",
@@ -352,7 +384,8 @@ class GlobalPolicy:
             "blocks_improved": improved_blocks,
             "cp_sat_status": sorted(set(statuses)),
             "greedy_placed": greedy_placed + len(base_assignments),
-            "hint": "pattern model" if used_patterns else "best-fit greedy" if greedy is not mcck else "mcck greedy",
+            "hint": hint_name,
+            "greedy_completed": mcck_completed,
             "extra_over_greedy": placed - greedy_placed,
             "starving_placed": len(base_assignments),
             "placed_upper_bound": int(bound_total) + len(base_assignments) if len(blocks) == 1 and statuses else None,

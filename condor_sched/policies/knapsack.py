@@ -30,8 +30,11 @@ Two exact solvers behind ``solve_knapsack`` (``settings.knapsack_solver``):
 Scale: within a *class* (jobs equal in every demand but device memory, hence equal in
 value) an optimal packing may always use the class's smallest-memory jobs, so each device
 only sees, per class, the few smallest jobs that could fit it; identical (capacity,
-candidates) problems are solved once. The job actually placed from a class is then the
-smallest (ties: oldest, then key) so big jobs of a class wait for the aging rule.
+candidates) problems are solved once, and a device equal in free capacity to an earlier
+one takes that one's exact answer (jobs per class) again while the jobs left allow it: it
+is then still optimal, because jobs only leave the pool (``greedy_fill``). The job actually
+placed from a class is then the smallest (ties: oldest, then key) so big jobs of a class
+wait for the aging rule. These keep every plan the same as solving each device afresh.
 """
 from __future__ import annotations
 
@@ -82,7 +85,8 @@ def _binding_dims(weights: Sequence[Sequence[int]], counts: Sequence[int], caps:
 
 
 def dp_bounded(
-    profits: Sequence[int], weights: Sequence[Sequence[int]], counts: Sequence[int], caps: Sequence[int]
+    profits: Sequence[int], weights: Sequence[Sequence[int]], counts: Sequence[int], caps: Sequence[int],
+    max_cells: int = MAX_DP_CELLS,
 ) -> tuple[list[int], bool]:
     """Bounded multidimensional knapsack: item i (``weights[i][d]``) at most ``counts[i]``
     times. Returns how many of each to take and whether the answer is exact.
@@ -112,13 +116,17 @@ def dp_bounded(
         cap_units.append(caps[d] // g)
     w_units = {i: [-(-weights[i][d] // u) for d, u in zip(binding, units)] for i in live}
     exact = True
-    while math.prod(c + 1 for c in cap_units) > MAX_DP_CELLS:
+    while math.prod(c + 1 for c in cap_units) > max_cells:
         exact = False
         j = max(range(len(cap_units)), key=lambda k: cap_units[k])
         f = 2
         cap_units[j] //= f
         for i in live:
             w_units[i][j] = -(-w_units[i][j] // f)
+    # the longest axis last (contiguous): numpy's inner loops run over it; same cells, same answer
+    order = sorted(range(len(cap_units)), key=lambda k: cap_units[k])
+    cap_units = [cap_units[k] for k in order]
+    w_units = {i: [w[k] for k in order] for i, w in w_units.items()}
     pieces = []
     for i in live:
         k, left = 1, counts[i]
@@ -130,7 +138,9 @@ def dp_bounded(
             left -= m
             k *= 2
     shape = tuple(c + 1 for c in cap_units)
-    dp = np.zeros(shape, dtype=np.int64)
+    # int32 halves the memory traffic; exact whenever no sum of profits can reach 2^31
+    dtype = np.int32 if sum(p for _, _, _, p in pieces) < 2**31 - 1 else np.int64
+    dp = np.zeros(shape, dtype=dtype)
     takes = []
     for _, _, w, p in pieces:
         dst = tuple(slice(x, None) for x in w)
@@ -256,6 +266,21 @@ class JobPool:
         """How many jobs of class ``ck`` fit ``cap`` in every dimension but device memory."""
         return min([cap[col] // amount for col, amount in zip(dv.CLASS_COLUMNS, ck) if amount > 0], default=1 << 30)
 
+    def class_counts_fit(self, per_class: dict[dv.ShapeClass, int], memory_granules: int) -> bool:
+        """Whether each class still has ``per_class[ck]`` jobs and the smallest of them fit
+        ``memory_granules`` of device memory together."""
+        used = 0
+        for ck, n in per_class.items():
+            for need in self.classes.get(ck, ()):
+                take = min(n, len(self.shapes[need]))
+                used += take * need.device_memory_granules
+                n -= take
+                if n == 0:
+                    break
+            if n > 0 or used > memory_granules:
+                return False
+        return True
+
     def take_from_class(self, ck: dv.ShapeClass, n: int) -> list[Job]:
         """The ``n`` smallest-memory jobs of a class (oldest first within a shape)."""
         out = []
@@ -284,6 +309,7 @@ def _solve_device(
     hardware_threads: int,
     settings: PlanSettings,
     tight: bool = False,
+    max_cells: int = MAX_DP_CELLS,
 ) -> tuple[list[int], bool]:
     total = sum(c for _, c in cands)
     weight = dv.count_weight(total)
@@ -303,31 +329,64 @@ def _solve_device(
         for j in chosen:
             taken[items[j]] += 1
         return taken, optimal
-    return dp_bounded(profits, [need for need, _ in cands], [c for _, c in cands], cap)
+    return dp_bounded(profits, [need for need, _ in cands], [c for _, c in cands], cap, max_cells)
+
+
+def _take_classes(pool: JobPool, state: dv.DeviceState, slot, per_class: dict[dv.ShapeClass, int],
+                  settings: PlanSettings) -> None:
+    for ck, n in per_class.items():
+        for job in pool.take_from_class(ck, n):
+            state.assign(job, slot, dv.demand(job, settings))
+    if per_class:
+        pool.prune()
 
 
 def greedy_fill(
-    pool: JobPool, state: dv.DeviceState, settings: PlanSettings, tight: bool = False
+    pool: JobPool, state: dv.DeviceState, settings: PlanSettings, tight: bool = False,
+    deadline: float | None = None,
+    max_cells: int = MAX_DP_CELLS,
+    reuse_inexact: bool = False,
+    reuse: bool = True,
 ) -> dict[str, object]:
     """Fig. 4: fill each open device in turn with an exact knapsack over the jobs left.
 
     Returns solver stats; assignments go to ``state``. ``tight`` (used by ``global`` for a
     second starting plan) breaks ties between equal packings by the most device memory
-    used, over every shape, instead of taking each class's smallest jobs."""
+    used, over every shape, instead of taking each class's smallest jobs. ``deadline`` (a
+    ``time.perf_counter()`` value, ``global`` only) stops before the next device once
+    passed, leaving a partial but valid plan; ``stats["completed"]`` says whether it did.
+
+    Exact speed-up: the last exact answer (jobs per class) on a device with the same free
+    capacity and hardware threads is taken again when the jobs left still allow it. It is
+    then still optimal: jobs only leave the pool, so the smallest k jobs of a class only get
+    bigger and every answer feasible now was feasible then (``reuse=False`` turns this off:
+    the tests' plain MCCK). ``max_cells`` < ``MAX_DP_CELLS``
+    and ``reuse_inexact`` (take the last answer again even when it was not exact) are
+    ``lp-pack``'s options, which give up exactness for speed."""
     memo: dict[tuple, tuple[list[int], bool]] = {}
-    solves = hits = 0
+    last: dict[tuple, dict[dv.ShapeClass, int]] = {}  # (free capacity, T) -> last exact answer
+    solves = hits = reuses = 0
     exact = True
+    completed = True
     for slot in state.open_slots():
         if not pool.classes:
             break
+        if deadline is not None and time.perf_counter() > deadline:
+            completed = False
+            break
         cap = state.residual[slot.name]
         hw = slot.total.device_threads
+        same = (tuple(cap), hw)
+        if reuse and not tight and same in last and pool.class_counts_fit(last[same], cap[dv.MEMORY]):
+            reuses += 1
+            _take_classes(pool, state, slot, last[same], settings)
+            continue
         cands = pool.all_candidates(cap, hw) if tight else pool.candidates(cap, hw)
         if not cands:
             continue
         key = (tuple(cap), hw, tuple(cands))
         if key not in memo:
-            memo[key] = _solve_device(cands, cap, hw, settings, tight)
+            memo[key] = _solve_device(cands, cap, hw, settings, tight, max_cells)
             solves += 1
         else:
             hits += 1
@@ -344,12 +403,14 @@ def greedy_fill(
         for (need, _), t in zip(cands, taken):
             if t:
                 per_class[need.shape_class] = per_class.get(need.shape_class, 0) + t
-        for ck, n in per_class.items():
-            for job in pool.take_from_class(ck, n):
-                state.assign(job, slot, dv.demand(job, settings))
-        if per_class:
-            pool.prune()
-    return {"knapsack_solves": solves, "knapsack_cache_hits": hits, "solver_exact": exact}
+        if ok or reuse_inexact:
+            last[same] = per_class
+        _take_classes(pool, state, slot, per_class, settings)
+    stats: dict[str, object] = {"knapsack_solves": solves, "knapsack_cache_hits": hits,
+                                "knapsack_reuses": reuses, "solver_exact": exact}
+    if deadline is not None:
+        stats["completed"] = completed
+    return stats
 
 
 def prepare(request: PlanRequest, settings: PlanSettings, aging: bool = True):

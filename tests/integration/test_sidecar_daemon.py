@@ -81,7 +81,7 @@ def test_master_runs_the_sidecar_which_pins_advertises_and_obeys_condor_off_on_a
     for attr in ("Name", "DaemonStartTime", "CoSchedCycle", "CoSchedIdleJobs", "CoSchedPinned", "CoSchedUnplaced",
                  "CoSchedCycleSeconds", "CoSchedLastCycleTime"):
         assert attr in ad, attr
-    assert ad["CoSchedLastError"] == "" and ad["CoSchedConfigError"] == "" and ad["CoSchedPolicy"] == "knapsack"
+    assert ad["CoSchedLastError"] == "" and ad["CoSchedConfigError"] == "" and ad["CoSchedPolicy"] == "lp-pack"
     first_pid = ad["CoSchedPid"]
     condor_uid = int(chroot.in_chroot(pool.info.root, ["id", "-u", "condor"]).stdout)
     uids = re.search(r"^Uid:\s+(\d+)", Path(f"/proc/{first_pid}/status").read_text(), re.M).group(1)

@@ -11,7 +11,7 @@ from condor_sched.policies.base import PlanRequest
 from condor_sched.model import Job, JobKey, JobStatus, Resources, Slot, SlotKind
 from condor_sched.policies import PlanSettings, get_policy, policy_names
 
-DEVICE_POLICIES = ["knapsack", "global", "exclusive", "random"]
+DEVICE_POLICIES = ["knapsack", "global", "exclusive", "random", "lp-pack"]
 
 
 def job(i: int, mem: int, threads: int, cpus: int = 1, host_mb: int = 100, status=JobStatus.IDLE) -> Job:
