@@ -7,6 +7,11 @@ slot with a missing or malformed attribute, or a request the execute node would 
 (:func:`request_problem`), is skipped with a :class:`Skipped` record naming it and the
 attribute, and the rest is used under the rules of ``consistency`` (one ad per slot Name
 and job id, free amounts within the totals).
+
+Reading is fast (issue 11): snapshot files are streamed ad by ad (:func:`state_from_snapshot`)
+and live ads read through their JSON (:func:`state_from_ads`), both as :class:`_PlainAd` views
+whose plain values need no classad2 call; a ClassAd is built only where ClassAd semantics are
+needed, and matchmaking is evaluated once per class of equal slots (:class:`_SlotClasses`).
 """
 from __future__ import annotations
 
