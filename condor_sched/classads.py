@@ -649,13 +649,14 @@ def eligible_slots(jobs: Iterable[tuple[Job, classad2.ClassAd]],
 def _eligible(jobs: Iterable[tuple[Job, tuple | None]],
               targets: list[tuple[str, classad2.ClassAd]]) -> dict[JobKey, frozenset[str]]:
     every = frozenset(name for name, _ in targets)
-    classes = _SlotClasses(targets)
+    classes: _SlotClasses | None = None
     memo: dict[tuple, frozenset[str]] = {}
     out: dict[JobKey, frozenset[str]] = {}
     for job, key in jobs:
         if key is None:
             continue
         if key not in memo:
+            classes = classes or _SlotClasses(targets)
             memo[key] = _accepting(key[0], key[1], targets, classes)
         if memo[key] != every:
             out[job.key] = memo[key]
