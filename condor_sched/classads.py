@@ -23,7 +23,7 @@ import os
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Hashable, Iterable, Iterator, Mapping
 
 import classad2
 from cosched_node import rules
@@ -695,19 +695,29 @@ def _accepting(requirements: str, values: Iterable[tuple[str, str]],
     # As if pinned there now: a start the node refused before this pin does not count
     # (config.d/20's START keeps a job off only the pin it was refused on).
     probe[PIN_TIME_ATTR] = classad2.ExprTree("time()")
-    groups = classes.partition(probe) if classes is not None else [[i] for i in range(len(targets))]
-    accepted = set()
+    if classes is None:
+        groups = [[i] for i in range(len(targets))]
+    else:  # probes alike in their expressions and in which attributes they have read the same
+        signature = (requirements, tuple(r.lower() for r, _ in values),
+                     tuple((r.lower(), v) for r, v in values if not _LITERAL.fullmatch(v)))
+        groups = classes.partition(probe, signature)
+    accepted = []
     for members in groups:
         name, target = targets[members[0]]
         probe[PIN_SLOT_ATTR] = name
         try:
             if target.symmetricMatch(probe):
-                accepted.update(targets[i][0] for i in members)
+                accepted.append(members)
         except Exception:  # a hostile expression matches nothing, as in HTCondor
             pass
-    return frozenset(accepted)
+    if classes is not None:
+        return classes.names(groups, accepted)
+    return frozenset(targets[i][0] for members in accepted for i in members)
 
 
+#: A ClassAd literal as classad2 prints it (a value that reads no attribute).
+_LITERAL = re.compile(r'-?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|"(?:[^"\\]|\\.)*"|true|false|undefined|error',
+                      re.IGNORECASE)
 #: config.d/20's COSCHED_PINNED_HERE as classad2 prints it: the only place its START reads the
 #: slot's Name, compared with the pin the probe sets to that very Name.
 _PINNED_HERE = str(classad2.ExprTree(
@@ -731,6 +741,9 @@ class _SlotClasses:
         self.targets = targets
         self._values: dict[tuple[int, str], tuple[str, tuple[str, ...]]] = {}
         self._partitions: dict[frozenset[str], list[list[int]]] = {}
+        self._reads: dict[Hashable, frozenset[str] | None] = {}
+        self._names: dict[tuple[int, ...], frozenset[str]] = {}
+        self._singletons = [[i] for i in range(len(targets))]
         self._parsed: dict[str, classad2.ExprTree] = {}
         self.start = [self._start_key(i) for i in range(len(targets))]
 
@@ -795,18 +808,15 @@ class _SlotClasses:
             todo += refs
         return tuple(sorted(seen.items()))
 
-    def partition(self, probe: classad2.ClassAd) -> list[list[int]]:
-        """Indices of the targets in classes that answer ``probe`` alike (pin aside)."""
-        try:
-            exprs = [probe.lookup(a) for a in probe.keys() if a.lower() != PIN_SLOT_ATTR.lower()]
-            reads = [r for e in exprs for r in (*probe.internalRefs(e), *probe.externalRefs(e))]
-            texts = " ".join(str(e) for e in exprs).lower()
-        except Exception:
-            reads, texts = ["name"], "eval"
-        if "eval" in texts or any(r.lower() in _NAME_REFS for r in reads):
-            return [[i] for i in range(len(self.targets))]
-        present = {a.lower() for a in probe.keys()}
-        attrs = frozenset(a for r in reads for a in _slot_side([r], present))
+    def partition(self, probe: classad2.ClassAd, signature: Hashable) -> list[list[int]]:
+        """Indices of the targets in classes that answer ``probe`` alike (pin aside), a list kept
+        as long as this object. ``signature``: equal for probes whose expressions read the same
+        (``_accepting``)."""
+        if signature not in self._reads:
+            self._reads[signature] = self._slot_reads(probe)
+        attrs = self._reads[signature]
+        if attrs is None:
+            return self._singletons
         if attrs not in self._partitions:
             classes: dict[tuple, list[int]] = {}
             for i in range(len(self.targets)):
@@ -814,6 +824,28 @@ class _SlotClasses:
                 classes.setdefault(("own", i) if reads is None else (self.start[i], reads), []).append(i)
             self._partitions[attrs] = list(classes.values())
         return self._partitions[attrs]
+
+    def names(self, partition: list[list[int]], classes: list[list[int]]) -> frozenset[str]:
+        """The names of the targets in ``classes`` of ``partition`` (a list ``partition`` gave,
+        kept as long as this object), each union made once."""
+        key = (id(partition), *(members[0] for members in classes))
+        if key not in self._names:
+            self._names[key] = frozenset(self.targets[i][0] for members in classes for i in members)
+        return self._names[key]
+
+    def _slot_reads(self, probe: classad2.ClassAd) -> frozenset[str] | None:
+        """The slot attributes ``probe``'s expressions read; None when they read the slot's
+        name or the pin, or call an ``eval`` function (then every slot is its own class)."""
+        try:
+            exprs = [probe.lookup(a) for a in probe.keys() if a.lower() != PIN_SLOT_ATTR.lower()]
+            reads = [r for e in exprs for r in (*probe.internalRefs(e), *probe.externalRefs(e))]
+            texts = " ".join(str(e) for e in exprs).lower()
+        except Exception:
+            return None
+        if "eval" in texts or any(r.lower() in _NAME_REFS for r in reads):
+            return None
+        present = {a.lower() for a in probe.keys()}
+        return frozenset(a for r in reads for a in _slot_side([r], present))
 
 
 def _slot_side(refs: Iterable[str], probe_attrs: set[str] | None = None) -> list[str]:
