@@ -7,16 +7,23 @@ slot with a missing or malformed attribute, or a request the execute node would 
 (:func:`request_problem`), is skipped with a :class:`Skipped` record naming it and the
 attribute, and the rest is used under the rules of ``consistency`` (one ad per slot Name
 and job id, free amounts within the totals).
+
+Reading is fast (issue 11): snapshot files are streamed ad by ad (:func:`state_from_snapshot`)
+and live ads read through their JSON (:func:`state_from_ads`), both as :class:`_PlainAd` views
+whose plain values need no classad2 call; a ClassAd is built only where ClassAd semantics are
+needed, and matchmaking is evaluated once per class of equal slots (:class:`_SlotClasses`).
 """
 from __future__ import annotations
 
+import codecs
+import functools
 import json
 import math
 import os
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Hashable, Iterable, Iterator, Mapping
 
 import classad2
 from cosched_node import rules
@@ -101,8 +108,10 @@ class AdError(ValueError):
         self.attribute = attribute
 
 
-def _eval(ad: classad2.ClassAd, attr: str) -> Any:
+def _eval(ad: classad2.ClassAd | _PlainAd, attr: str) -> Any:
     """The evaluated value of ``attr``, or None when missing/undefined."""
+    if ad.__class__ is _PlainAd:
+        return ad.eval(attr)
     if attr not in ad:
         return None
     try:
@@ -210,7 +219,7 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
         llc_ways=_number(ad, "RequestLLCWays", required=False),
         mem_bw_gbs=_number(ad, "RequestMemBW", required=False, integer=False),
     )
-    requirements = ad.lookup("Requirements") if "Requirements" in ad else None
+    requirements = _lookup_text(ad, "Requirements") if "Requirements" in ad else None
     program = _string(ad, "CoSchedProgram") or os.path.basename(_string(ad, "Cmd") or "")
     return Job(
         key=JobKey(schedd, cluster, proc),
@@ -220,7 +229,7 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
         submitted_at_s=_number(ad, "QDate", required=False),
         pinned_slot=_string(ad, PIN_SLOT_ATTR),
         pinned_cycle=_number(ad, PIN_CYCLE_ATTR, required=False, default=None) if PIN_CYCLE_ATTR in ad else None,
-        has_pin_clause=requirements is not None and has_pin_clause(str(requirements)),
+        has_pin_clause=requirements is not None and has_pin_clause(requirements),
         program=program,
         spread="CoSchedProgram" in ad,
         device_kind=kind.name if kind else None,
@@ -236,8 +245,8 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
         pin_reason=_lenient(ad, PIN_REASON_ATTR, str),
         start_refused=_start_refused(ad, status),
         attributes={
-            "Requirements": str(requirements) if requirements is not None else None,
-            PIN_ORIGINAL_ATTR: str(ad.lookup(PIN_ORIGINAL_ATTR)) if PIN_ORIGINAL_ATTR in ad else None,
+            "Requirements": requirements,
+            PIN_ORIGINAL_ATTR: _lookup_text(ad, PIN_ORIGINAL_ATTR) if PIN_ORIGINAL_ATTR in ad else None,
         },
     )
 
@@ -265,6 +274,7 @@ def _start_refused(ad: classad2.ClassAd, status: JobStatus) -> str | None:
     return (_lenient(ad, "VacateReason", str) or "the execute node refused the start")[:300]
 
 
+@functools.lru_cache(maxsize=4096)
 def has_pin_clause(requirements: str) -> bool:
     """True when ``requirements`` is a conjunction one of whose operands is the pin clause,
     so the job cannot match before it is pinned (a clause merely mentioned, e.g. under an
@@ -446,22 +456,71 @@ def state_from_ads(job_ads: Mapping[str | None, Iterable[classad2.ClassAd]],
                    slot_ads: Iterable[classad2.ClassAd]) -> PoolState:
     """The pool state of job ads (per schedd name; None: from each ad's GlobalJobId) and
     startd ads, with each idle job's eligible slots, under the rules of ``consistency``
-    (one ad per slot Name and job id, free amounts within the totals)."""
-    pairs: list[tuple[Job, classad2.ClassAd]] = []
-    skipped: list[Skipped] = []
-    for schedd, ads in job_ads.items():
-        read, bad = jobs_from_ads(ads, schedd)
-        pairs += read
-        skipped += bad
-    slot_pairs, slot_skips = slots_from_ads(slot_ads)
-    slots, duplicates = distinct_slots([slot for slot, _ in slot_pairs])
+    (one ad per slot Name and job id, free amounts within the totals). What the sidecar
+    calls on each read of the live pool: the job ads are read through :func:`plain_ads`."""
+    return _build_state(((schedd, plain_ads(ads)) for schedd, ads in job_ads.items()), slot_ads)
+
+
+def _build_state(job_ads: Iterable[tuple[str | None, Iterable[classad2.ClassAd | _PlainAd]]],
+                 slot_ads: Iterable[classad2.ClassAd]) -> PoolState:
+    """``state_from_ads`` on job ads that are read one at a time and then dropped: of each
+    idle job only what its eligible slots and Rank depend on is kept (the slots come first)."""
+    read_slots: list[tuple[Slot, tuple[str, classad2.ClassAd], set[str]]] = []
+    slot_skips: list[Skipped] = []
+    for ad in slot_ads:  # each ad is dropped once its record and probe target are built
+        try:
+            slot = slot_from_ad(ad)
+        except AdError as e:
+            slot_skips.append(Skipped(f"slot {ad.get('Name', '?')}", str(e)))
+            continue
+        if slot is not None:
+            target = _probe_target(ad)
+            read_slots.append((slot, (ad.get("Name"), target), _start_refs(ad, target)))
+    slots, duplicates = distinct_slots([slot for slot, _, _ in read_slots])
     kept = {id(slot) for slot in slots}
-    slot_ads = [ad for slot, ad in slot_pairs if id(slot) in kept]
-    state = consistent_state(PoolState(tuple(job for job, _ in pairs), tuple(slots),
-                                       tuple(skipped + slot_skips + duplicates)))
-    read = {id(job) for job in state.jobs}
-    idle = [(job, ad) for job, ad in pairs if job.is_idle and id(job) in read]
-    return replace(state, eligible=eligible_slots(idle, slot_ads), ranks=slot_ranks(idle, slot_ads))
+    targets = [target for slot, target, _ in read_slots if id(slot) in kept]
+    start_refs = set().union(*(refs for slot, _, refs in read_slots if id(slot) in kept))
+    del read_slots
+    references: dict[str, list[str]] = {}
+    jobs: list[Job] = []
+    skipped: list[Skipped] = []
+    seen: set[JobKey] = set()
+    idle: list[tuple[Job, tuple | None, tuple | None]] = []
+    for schedd, ads in job_ads:
+        for ad in ads:
+            source = schedd or schedd_of(ad, "unknown-schedd")
+            try:
+                job = job_from_ad(ad, source)
+            except AdError as e:
+                skipped.append(Skipped(_describe_job(ad, source), str(e), *_key_and_pin(ad, source)))
+                continue
+            jobs.append(job)
+            if job.key not in seen:  # consistency keeps the first ad of a job id that reads
+                seen.add(job.key)
+                if job.is_idle:
+                    idle.append((job, _eligibility_key(ad, start_refs, references), _rank_key(ad)))
+    state = consistent_state(PoolState(tuple(jobs), tuple(slots), tuple(skipped + slot_skips + duplicates)))
+    return replace(state, eligible=_eligible([(job, key) for job, key, _ in idle], targets),
+                   ranks=_ranks([(job, key) for job, _, key in idle], targets))
+
+
+def _start_refs(slot_ad: classad2.ClassAd | _PlainAd, target: classad2.ClassAd) -> set[str]:
+    """``start_references`` of one slot, read from its probe target (which a snapshot's slot has
+    instead of a ClassAd) unless START reads, through the slot's expressions, an attribute the
+    target holds otherwise (Requirements, or a free amount that is an expression)."""
+    if slot_ad.__class__ is not _PlainAd or "Start" not in slot_ad or slot_ad.is_literal("Start"):
+        return start_references([slot_ad])
+    try:
+        start = target.lookup("Start")
+        read = {r.lower().removeprefix("my.") for r in (*target.internalRefs(start), *target.externalRefs(start))}
+    except Exception:
+        return set()
+    changed = {"requirements", "start"} | {a.lower()[len("totalslot"):] for a in slot_ad.values
+                                            if a.lower().startswith("totalslot") and not slot_ad.is_literal(a)}
+    changed |= {a.lower() for a in slot_ad.values if a.lower() in read and not slot_ad.is_literal(a)}
+    if read & changed:
+        return start_references([slot_ad.classad])
+    return start_references([target])
 
 
 def slot_ranks(jobs: Iterable[tuple[Job, classad2.ClassAd]],
@@ -470,27 +529,42 @@ def slot_ranks(jobs: Iterable[tuple[Job, classad2.ClassAd]],
     that match: higher is better), for jobs whose Rank is not a constant; evaluated once per
     group of jobs equal in Rank and in every job attribute it reads. A Rank that does not
     evaluate to a number ranks a slot 0, as in HTCondor."""
-    targets = [(ad.get("Name"), _probe_target(ad)) for ad in slot_ads if _eval_quietly(ad, "PartitionableSlot")]
+    return _ranks([(job, _rank_key(ad)) for job, ad in jobs], _targets(slot_ads))
+
+
+def _rank_key(ad: classad2.ClassAd | _PlainAd) -> tuple | None:
+    """A job's Rank and the text of every job attribute it reads; None for a constant Rank."""
+    if "Rank" not in ad or (ad.__class__ is _PlainAd and ad.is_literal("Rank")):
+        return None
+    full = _classad_of(ad)
+    rank = full.lookup("Rank")
+    if not full.externalRefs(rank) and not full.internalRefs(rank):
+        return None  # a constant prefers no slot
+    refs = sorted(r for r in _own_references(full, rank) if r in full and r.lower() != "rank")
+    return str(rank), tuple((r, str(full.lookup(r))) for r in refs)
+
+
+def _ranks(jobs: Iterable[tuple[Job, tuple | None]],
+           targets: list[tuple[str, classad2.ClassAd]]) -> dict[JobKey, dict[str, float]]:
     memo: dict[tuple, dict[str, float]] = {}
     out: dict[JobKey, dict[str, float]] = {}
-    for job, ad in jobs:
-        if "Rank" not in ad:
+    for job, key in jobs:
+        if key is None:
             continue
-        rank = ad.lookup("Rank")
-        if not ad.externalRefs(rank) and not ad.internalRefs(rank):
-            continue  # a constant prefers no slot
-        text = str(rank)
-        refs = sorted(r for r in _own_references(ad, rank) if r in ad and r.lower() != "rank")
-        key = (text, tuple((r, str(ad.lookup(r))) for r in refs))
         if key not in memo:
             probe = classad2.ClassAd()
             for r, value in key[1]:
                 probe[r] = classad2.ExprTree(value)
-            expr = classad2.ExprTree(text)
+            expr = classad2.ExprTree(key[0])
             memo[key] = {name: _rank_value(expr, probe, target) for name, target in targets}
         if len(set(memo[key].values())) > 1:
             out[job.key] = memo[key]
     return out
+
+
+def _targets(slot_ads: Iterable[classad2.ClassAd]) -> list[tuple[str, classad2.ClassAd]]:
+    """Each partitionable slot's name and probe target (:func:`_probe_target`)."""
+    return [(ad.get("Name"), _probe_target(ad)) for ad in slot_ads if _eval_quietly(ad, "PartitionableSlot")]
 
 
 def _rank_value(expr: classad2.ExprTree, job: classad2.ClassAd, slot: classad2.ClassAd) -> float:
@@ -503,11 +577,22 @@ def _rank_value(expr: classad2.ExprTree, job: classad2.ClassAd, slot: classad2.C
     return float(value)
 
 
-def _probe_target(slot_ad: classad2.ClassAd) -> classad2.ClassAd:
+def _probe_target(slot_ad: classad2.ClassAd | _PlainAd) -> classad2.ClassAd:
     """A copy of a partitionable slot's ad that asks whether a job could ever run there: its
     totals advertised as free (``Cpus`` = ``TotalSlotCpus``, ...; the planners account what
     is free now) and its START as its Requirements (the startd's ``WithinResourceLimits``
-    left to the planners), so a symmetric match is the job's Requirements and the slot's START."""
+    left to the planners), so a symmetric match is the job's Requirements and the slot's START.
+    Of a snapshot's ad it is built at once from the parsed JSON."""
+    if slot_ad.__class__ is _PlainAd and not slot_ad.live:
+        values, names = dict(slot_ad.values), slot_ad.names
+        for attr in slot_ad.values:
+            if attr.lower().startswith("totalslot") and len(attr) > len("TotalSlot"):
+                free = attr[len("TotalSlot"):]
+                values[names.get(free.lower(), free)] = slot_ad.values[attr]
+        start = _EXPR_PREFIX + slot_ad.lookup_text("Start") + _EXPR_SUFFIX if "Start" in slot_ad else True
+        values[names.get("requirements", "Requirements")] = start
+        return _classad(values, 0)
+    slot_ad = _classad_of(slot_ad)
     ad = classad2.ClassAd()
     ad.update(slot_ad)
     for attr in list(slot_ad.keys()):
@@ -535,6 +620,10 @@ def start_references(slot_ads: Iterable[classad2.ClassAd]) -> set[str]:
     query must project on them for :func:`eligible_slots` to judge START."""
     refs: set[str] = set()
     for ad in slot_ads:
+        if ad.__class__ is _PlainAd:
+            if "Start" not in ad or ad.is_literal("Start"):
+                continue
+            ad = ad.classad
         if "Start" in ad:
             try:
                 refs |= {r[7:] for r in ad.externalRefs(ad.lookup("Start")) if r.lower().startswith("target.")}
@@ -547,32 +636,46 @@ def eligible_slots(jobs: Iterable[tuple[Job, classad2.ClassAd]],
                    slot_ads: Iterable[classad2.ClassAd]) -> dict[JobKey, frozenset[str]]:
     """Each job's slots that its own Requirements (the user's, before the pin clause) accept
     and whose START accepts it as if pinned there now, evaluated with classad2 once per group of
-    jobs equal in Requirements and in every job attribute the two read. Jobs every slot
-    accepts are left out (the mapping's default); a job whose Requirements do not evaluate
+    jobs equal in Requirements and in every job attribute the two read, and within a group once
+    per class of slots equal in every attribute the two read (:class:`_SlotClasses`). Jobs every
+    slot accepts are left out (the mapping's default); a job whose Requirements do not evaluate
     gets no slot."""
     slot_ads = [ad for ad in slot_ads if _eval_quietly(ad, "PartitionableSlot")]
-    targets = [(ad.get("Name"), _probe_target(ad)) for ad in slot_ads]
-    every = frozenset(name for name, _ in targets)
     start_refs = start_references(slot_ads)
-    memo: dict[tuple, frozenset[str]] = {}
     references: dict[str, list[str]] = {}
+    return _eligible([(job, _eligibility_key(ad, start_refs, references)) for job, ad in jobs], _targets(slot_ads))
+
+
+def _eligible(jobs: Iterable[tuple[Job, tuple | None]],
+              targets: list[tuple[str, classad2.ClassAd]]) -> dict[JobKey, frozenset[str]]:
+    every = frozenset(name for name, _ in targets)
+    classes: _SlotClasses | None = None
+    memo: dict[tuple, frozenset[str]] = {}
     out: dict[JobKey, frozenset[str]] = {}
-    for job, ad in jobs:
-        original = ad.lookup(PIN_ORIGINAL_ATTR) if PIN_ORIGINAL_ATTR in ad else None
-        requirements = original if original is not None else ad.lookup("Requirements") if "Requirements" in ad else None
-        if requirements is None:
+    for job, key in jobs:
+        if key is None:
             continue
-        text = str(requirements)
-        if text not in references:
-            refs = _own_references(ad, requirements) | start_refs
-            references[text] = sorted(r for r in refs if r.lower() not in _PROBED)
-        refs = [r for r in references[text] if r in ad]
-        key = (text, tuple((r, str(ad.lookup(r))) for r in refs))
         if key not in memo:
-            memo[key] = _accepting(key[0], key[1], targets)
+            classes = classes or _SlotClasses(targets)
+            memo[key] = _accepting(key[0], key[1], targets, classes)
         if memo[key] != every:
             out[job.key] = memo[key]
     return out
+
+
+def _eligibility_key(ad: Any, start_refs: set[str], references: dict[str, list[str]]) -> tuple | None:
+    """A job's Requirements (the user's) and the text of every job attribute it and the
+    slots' START read: jobs equal in it are accepted by the same slots. None: no Requirements.
+    ``references`` keeps what each Requirements text reads (found from its first job's ad)."""
+    attr = PIN_ORIGINAL_ATTR if PIN_ORIGINAL_ATTR in ad else "Requirements" if "Requirements" in ad else None
+    if attr is None:
+        return None
+    text = _lookup_text(ad, attr)
+    if text not in references:
+        full = _classad_of(ad)
+        refs = _own_references(full, full.lookup(attr)) | start_refs
+        references[text] = sorted(r for r in refs if r.lower() not in _PROBED)
+    return text, tuple((r, _lookup_text(ad, r)) for r in references[text] if r in ad)
 
 
 #: Job attributes the probe sets itself (a pin written now), and Requirements.
@@ -580,7 +683,9 @@ _PROBED = {PIN_SLOT_ATTR.lower(), PIN_TIME_ATTR.lower(), "requirements"}
 
 
 def _accepting(requirements: str, values: Iterable[tuple[str, str]],
-               targets: Iterable[tuple[str, classad2.ClassAd]]) -> frozenset[str]:
+               targets: list[tuple[str, classad2.ClassAd]], classes: _SlotClasses | None = None) -> frozenset[str]:
+    """The names of ``targets`` that match a probe job of ``requirements`` and ``values``,
+    evaluated on one slot of each of ``classes`` (every slot when None)."""
     # Expressions are copied as their text: an ExprTree looked up from one ad does not
     # always evaluate the same once inserted into another (seen with classad2 25.14).
     probe = classad2.ClassAd()
@@ -590,15 +695,177 @@ def _accepting(requirements: str, values: Iterable[tuple[str, str]],
     # As if pinned there now: a start the node refused before this pin does not count
     # (config.d/20's START keeps a job off only the pin it was refused on).
     probe[PIN_TIME_ATTR] = classad2.ExprTree("time()")
-    accepted = set()
-    for name, target in targets:
+    if classes is None:
+        groups = [[i] for i in range(len(targets))]
+    else:  # probes alike in their expressions and in which attributes they have read the same
+        signature = (requirements, tuple(r.lower() for r, _ in values),
+                     tuple((r.lower(), v) for r, v in values if not _LITERAL.fullmatch(v)))
+        groups = classes.partition(probe, signature)
+    accepted = []
+    for members in groups:
+        name, target = targets[members[0]]
         probe[PIN_SLOT_ATTR] = name
         try:
             if target.symmetricMatch(probe):
-                accepted.add(name)
+                accepted.append(members)
         except Exception:  # a hostile expression matches nothing, as in HTCondor
             pass
-    return frozenset(accepted)
+    if classes is not None:
+        return classes.names(groups, accepted)
+    return frozenset(targets[i][0] for members in accepted for i in members)
+
+
+#: A ClassAd literal as classad2 prints it (a value that reads no attribute).
+_LITERAL = re.compile(r'-?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|"(?:[^"\\]|\\.)*"|true|false|undefined|error',
+                      re.IGNORECASE)
+#: config.d/20's COSCHED_PINNED_HERE as classad2 prints it: the only place its START reads the
+#: slot's Name, compared with the pin the probe sets to that very Name.
+_PINNED_HERE = str(classad2.ExprTree(
+    r'TARGET.CoSchedPinSlot =?= regexps("^(slot[0-9]+)(_[0-9]+)?(@.*)", MY.Name, "\\1\\3")'))
+#: References after which a slot is its own class: its name, the pin (set to that name), and
+#: ``eval``-like functions that read attributes no reference names.
+_NAME_REFS = {"name", "my.name", PIN_SLOT_ATTR.lower(), f"my.{PIN_SLOT_ATTR.lower()}",
+              f"target.{PIN_SLOT_ATTR.lower()}"}
+
+
+class _SlotClasses:
+    """Probe targets (``eligible_slots``) in classes whose every member gives a probe job the
+    same answer: equal in START's text once its pin clause (``_PINNED_HERE``, whose value for a
+    probe pinned to the slot is known per slot) is replaced by that value, and in the text of
+    every slot attribute START and the probe job read (followed through expressions). A slot
+    whose START still reads its Name or the pin, or calls an ``eval`` function, is a class of
+    its own, as is every slot for a job that reads its own pin; HTCondor's matchmaking is then
+    evaluated once per class instead of once per slot (issue 11: 10k slots)."""
+
+    def __init__(self, targets: list[tuple[str, classad2.ClassAd]]):
+        self.targets = targets
+        self._values: dict[tuple[int, str], tuple[str, tuple[str, ...]]] = {}
+        self._partitions: dict[frozenset[str], list[list[int]]] = {}
+        self._reads: dict[Hashable, frozenset[str] | None] = {}
+        self._names: dict[tuple[int, ...], frozenset[str]] = {}
+        self._singletons = [[i] for i in range(len(targets))]
+        self._parsed: dict[str, classad2.ExprTree] = {}
+        self.start = [self._start_key(i) for i in range(len(targets))]
+
+    def _start_key(self, i: int) -> tuple | None:
+        """Slot ``i``'s START with its pin clause's value, and what it reads of the slot."""
+        name, target = self.targets[i]
+        if not isinstance(name, str):
+            return None
+        try:
+            text = str(target.lookup("Requirements"))
+            if _PINNED_HERE in text:
+                pinned = classad2.ClassAd({PIN_SLOT_ATTR: name})
+                here = classad2.ExprTree(_PINNED_HERE).eval(target, pinned)
+                if not isinstance(here, bool):
+                    return None
+                text = text.replace(_PINNED_HERE, "true" if here else "false")
+            if "eval" in text.lower():
+                return None
+            if text not in self._parsed:
+                self._parsed[text] = classad2.ExprTree(text)
+            expr = self._parsed[text]
+            refs = [*target.internalRefs(expr), *target.externalRefs(expr)]
+        except Exception:
+            return None
+        if any(r.lower() in _NAME_REFS for r in refs):
+            return None
+        reads = self._closure(i, _slot_side(refs))
+        return None if reads is None else (text, reads)
+
+    def _value(self, i: int, attr: str) -> tuple[str, tuple[str, ...]]:
+        """Slot ``i``'s ``attr`` as text, and what it reads in the slot when an expression."""
+        key = (i, attr)
+        if key not in self._values:
+            target = self.targets[i][1]
+            if attr not in target:
+                self._values[key] = ("", ())
+            else:
+                expr = target.lookup(attr)
+                value = target.get(attr)
+                text = str(expr)
+                if isinstance(value, (str, int, float, bool)) or value is None:
+                    refs: tuple[str, ...] = ()
+                elif "eval" in text.lower():
+                    refs = ("name",)  # reads what no reference names: a class of its own
+                else:
+                    refs = tuple(_slot_side([*target.internalRefs(expr), *target.externalRefs(expr)]))
+                self._values[key] = (text, refs)
+        return self._values[key]
+
+    def _closure(self, i: int, attrs: Iterable[str]) -> tuple[tuple[str, str], ...] | None:
+        """The text of every attribute of slot ``i`` that reading ``attrs`` reads; None when it
+        reads its Name or the pin."""
+        seen: dict[str, str] = {}
+        todo = list(attrs)
+        while todo:
+            attr = todo.pop()
+            if attr in seen:
+                continue
+            if attr in _NAME_REFS:
+                return None
+            seen[attr], refs = self._value(i, attr)
+            todo += refs
+        return tuple(sorted(seen.items()))
+
+    def partition(self, probe: classad2.ClassAd, signature: Hashable) -> list[list[int]]:
+        """Indices of the targets in classes that answer ``probe`` alike (pin aside), a list kept
+        as long as this object. ``signature``: equal for probes whose expressions read the same
+        (``_accepting``)."""
+        if signature not in self._reads:
+            self._reads[signature] = self._slot_reads(probe)
+        attrs = self._reads[signature]
+        if attrs is None:
+            return self._singletons
+        if attrs not in self._partitions:
+            classes: dict[tuple, list[int]] = {}
+            for i in range(len(self.targets)):
+                reads = None if self.start[i] is None else self._closure(i, attrs)
+                classes.setdefault(("own", i) if reads is None else (self.start[i], reads), []).append(i)
+            self._partitions[attrs] = list(classes.values())
+        return self._partitions[attrs]
+
+    def names(self, partition: list[list[int]], classes: list[list[int]]) -> frozenset[str]:
+        """The names of the targets in ``classes`` of ``partition`` (a list ``partition`` gave,
+        kept as long as this object), each union made once."""
+        key = (id(partition), *(members[0] for members in classes))
+        if key not in self._names:
+            self._names[key] = frozenset(self.targets[i][0] for members in classes for i in members)
+        return self._names[key]
+
+    def _slot_reads(self, probe: classad2.ClassAd) -> frozenset[str] | None:
+        """The slot attributes ``probe``'s expressions read; None when they read the slot's
+        name or the pin, or call an ``eval`` function (then every slot is its own class)."""
+        try:
+            exprs = [probe.lookup(a) for a in probe.keys() if a.lower() != PIN_SLOT_ATTR.lower()]
+            reads = [r for e in exprs for r in (*probe.internalRefs(e), *probe.externalRefs(e))]
+            texts = " ".join(str(e) for e in exprs).lower()
+        except Exception:
+            return None
+        if "eval" in texts or any(r.lower() in _NAME_REFS for r in reads):
+            return None
+        present = {a.lower() for a in probe.keys()}
+        return frozenset(a for r in reads for a in _slot_side([r], present))
+
+
+def _slot_side(refs: Iterable[str], probe_attrs: set[str] | None = None) -> list[str]:
+    """The slot attributes (lower case) among references: ``TARGET.X`` from a job's side,
+    ``MY.X`` and unqualified ones from the slot's side (``probe_attrs`` given: a job's
+    unqualified references that the probe job lacks, which HTCondor looks up in the slot)."""
+    out = []
+    for ref in refs:
+        lower = ref.lower()
+        if not lower:
+            continue
+        if probe_attrs is None:
+            if lower.startswith("target."):
+                continue
+            out.append(lower.removeprefix("my.").split(".", 1)[0])
+        elif lower.startswith("target."):
+            out.append(lower[7:].split(".", 1)[0])
+        elif "." not in lower and lower not in probe_attrs:
+            out.append(lower)
+    return out
 
 
 def _eval_quietly(ad: classad2.ClassAd, attr: str) -> Any:
@@ -686,7 +953,11 @@ class _BadValue(ValueError):
 def _classad(obj: dict, depth: int) -> classad2.ClassAd:
     values = {}
     for attr, value in obj.items():
+        if not attr.isascii() and _lone_surrogate(attr):
+            raise _BadValue(_SURROGATE_PROBLEM, attr.encode("utf-8", "backslashreplace").decode())
         if value.__class__ in _PLAIN or (value.__class__ is str and not value.startswith(_EXPR_PREFIX)):
+            if value.__class__ is str and not value.isascii() and _lone_surrogate(value):
+                raise _BadValue(_SURROGATE_PROBLEM, attr)
             values[attr] = value
             continue
         try:
@@ -703,8 +974,23 @@ _PLAIN = (int, float, bool, type(None))
 _EXPR_PREFIX, _EXPR_SUFFIX = "/Expr(", ")/"
 
 
+def _lone_surrogate(text: str) -> bool:
+    """True when ``text`` holds half of a UTF-16 pair (JSON ``"\\ud800"``): classad2 25.14
+    crashes the process on such a string."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+_SURROGATE_PROBLEM = "not Unicode text (an unpaired \\uD800-\\uDFFF escape)"
+
+
 def _value(value: Any, depth: int) -> Any:
     """One JSON value as a ClassAd value (module ``_ads_from_json``)."""
+    if isinstance(value, str) and not value.isascii() and _lone_surrogate(value):
+        raise _BadValue(_SURROGATE_PROBLEM)
     if isinstance(value, str):
         if not (value.startswith(_EXPR_PREFIX) and value.endswith(_EXPR_SUFFIX)):
             return value
@@ -826,3 +1112,366 @@ def _refuse_long_line(path: Path, block: str, first_line: int) -> None:
 def ads_to_json(ads: Iterable[classad2.ClassAd]) -> str:
     """The ``condor_q -json`` format: a JSON list of ClassAd objects."""
     return "[\n" + ",\n".join(ad.printJson().strip() for ad in ads) + "\n]\n"
+
+
+class _PlainAd:
+    """One ad as parsed JSON values (``condor_q -json``, or a live ad printed as JSON): plain
+    values (numbers, strings, booleans, null) are read as they are, and the ClassAd of the
+    whole ad is built (or, for a live ad, used) only for what needs ClassAd semantics: an
+    expression to evaluate or to read references of, a list, a nested ad. Names are looked up
+    without regard to case, as in a ClassAd."""
+
+    __slots__ = ("values", "names", "_classad", "live")
+
+    def __init__(self, values: dict, classad: classad2.ClassAd | None = None, live: bool = False):
+        self.values = values
+        layout = tuple(values)
+        names = _LAYOUTS.get(layout)
+        if names is None:
+            names = {name.lower(): name for name in layout}
+            if len(_LAYOUTS) < _MAX_CACHED:
+                _LAYOUTS[layout] = names
+        self.names = names
+        self._classad = classad
+        #: Values printed from a live ClassAd: a real or an expression is read from that ad
+        #: (printJson rounds reals; a string is never an expression there).
+        self.live = live
+
+    @property
+    def classad(self) -> classad2.ClassAd:
+        if self._classad is None:
+            self._classad = _classad(self.values, 0)
+        return self._classad
+
+    def __contains__(self, attr: str) -> bool:
+        return attr.lower() in self.names
+
+    def _plain(self, attr: str) -> Any:
+        """The JSON value of ``attr`` when it is plain, ``_MISSING`` when absent, else ``_COMPLEX``."""
+        name = self.names.get(attr.lower())
+        if name is None:
+            return _MISSING
+        value = self.values[name]
+        kind = value.__class__
+        if kind is str:
+            return _COMPLEX if value.startswith(_EXPR_PREFIX) and value.endswith(_EXPR_SUFFIX) else value
+        if kind is int or kind is bool or value is None or (kind is float and not self.live):
+            return value
+        if kind is list and all(_plain_item(v) for v in value):
+            return list(value)
+        return _COMPLEX
+
+    def is_literal(self, attr: str) -> bool:
+        """True when ``attr`` holds a plain value (it refers to nothing)."""
+        return self._plain(attr) is not _COMPLEX
+
+    def eval(self, attr: str) -> Any:
+        """``_eval``: the evaluated value, None when missing or undefined."""
+        value = self._plain(attr)
+        if value is _MISSING:
+            return None
+        if value is _COMPLEX:
+            return _eval(self.classad, attr)
+        return value
+
+    def get(self, attr: str, default: Any = None) -> Any:
+        """``ClassAd.get``: a plain value as it is, undefined as ``Value.Undefined``."""
+        value = self._plain(attr)
+        if value is _MISSING:
+            return default
+        if value is _COMPLEX:
+            return self.classad.get(attr, default)
+        return classad2.Value.Undefined if value is None else value
+
+    def lookup_text(self, attr: str) -> str:
+        """``str(ad.lookup(attr))``: the value as ClassAd text (expressions as classad2 prints them)."""
+        value = self._plain(attr)
+        if value is _COMPLEX or value.__class__ is list:
+            raw = self.values[self.names[attr.lower()]]
+            if not self.live and raw.__class__ is str and raw in _EXPRESSIONS:
+                return _EXPRESSIONS[raw]
+            return str(self.classad.lookup(attr))
+        key = (value.__class__, value)
+        text = _UNPARSED.get(key)
+        if text is None:
+            text = str(classad2.ClassAd({"v": value}).lookup("v"))
+            if len(_UNPARSED) < _MAX_CACHED:
+                _UNPARSED[key] = text
+        return text
+
+
+_MISSING, _COMPLEX = object(), object()
+
+
+def _plain_item(value: Any) -> bool:
+    """True for a list item that evaluates to itself (a string, integer, boolean)."""
+    kind = value.__class__
+    return (kind is str and not value.startswith(_EXPR_PREFIX)) or kind is int or kind is bool
+#: Caches of the readers, each bounded by ``_MAX_CACHED`` entries: attribute names (lower case
+#: to as written) per layout of an ad, expressions that parse (as in JSON -> as classad2 prints
+#: them), and plain values as ClassAd text.
+_MAX_CACHED = 100_000
+_LAYOUTS: dict[tuple[str, ...], dict[str, str]] = {}
+_EXPRESSIONS: dict[str, str] = {}
+_UNPARSED: dict[tuple[type, Any], str] = {}
+
+
+def _lookup_text(ad: classad2.ClassAd | _PlainAd, attr: str) -> str:
+    return ad.lookup_text(attr) if ad.__class__ is _PlainAd else str(ad.lookup(attr))
+
+
+def _classad_of(ad: classad2.ClassAd | _PlainAd) -> classad2.ClassAd:
+    return ad.classad if ad.__class__ is _PlainAd else ad
+
+
+def plain_ads(ads: Iterable[classad2.ClassAd], batch: int = 1000) -> Iterator[classad2.ClassAd | _PlainAd]:
+    """Live ClassAds (``Schedd.query``) as :class:`_PlainAd` views, printed as JSON by classad2 and
+    parsed ``batch`` at a time: the records read their plain values without one classad2 call
+    per attribute. An ad whose JSON does not parse is given as it is."""
+    chunk: list[classad2.ClassAd] = []
+    for ad in ads:
+        chunk.append(ad)
+        if len(chunk) == batch:
+            yield from _plain_batch(chunk)
+            chunk = []
+    yield from _plain_batch(chunk)
+
+
+def _plain_batch(ads: list[classad2.ClassAd]) -> Iterator[classad2.ClassAd | _PlainAd]:
+    if not ads:
+        return
+    try:
+        values = json.loads("[" + ",".join(ad.printJson() for ad in ads) + "]", parse_int=_json_int)
+    except Exception:
+        values = [None] * len(ads)
+        for i, ad in enumerate(ads):
+            try:
+                values[i] = json.loads(ad.printJson(), parse_int=_json_int)
+            except Exception:
+                pass
+    for ad, obj in zip(ads, values):
+        yield _PlainAd(obj, ad, live=True) if isinstance(obj, dict) and len(obj) == len(ad) else ad
+
+
+class _Fallback(Exception):
+    """The streaming reader met what the whole-file reader must judge (an error, a lone object)."""
+
+
+def state_from_snapshot(queue: str | Path, machines: str | Path) -> PoolState:
+    """The pool state of snapshot files, as ``state_from_ads(read_ads(queue), read_ads(machines))``
+    gives it, with the same errors, but read as a stream: the machines first, then each job ad
+    parsed alone, checked as ``read_ads`` checks it, turned into a record and dropped; only
+    expressions are parsed with classad2 (each distinct text once) and a job's ClassAd is built
+    only when an attribute the planner reads is an expression (issue 11)."""
+    try:
+        return _build_state([(None, _stream_ads(Path(queue)))], _machine_ads(Path(machines)))
+    except _BadMachines as bad:
+        try:
+            for _ in _stream_ads(Path(queue)):  # a bad queue file is named first, as by read_ads
+                pass
+        except _Fallback:
+            pass
+        raise bad.error from None
+    except _Fallback:
+        return _build_state([(None, read_ads(queue))], read_ads(machines))
+
+
+class _BadMachines(Exception):
+    def __init__(self, error: SnapshotError):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _machine_ads(path: Path) -> Iterator[classad2.ClassAd | _PlainAd]:
+    """``_stream_ads`` of the machines file, its SnapshotError wrapped (``state_from_snapshot``)."""
+    try:
+        yield from _stream_ads(path)
+    except SnapshotError as e:
+        raise _BadMachines(e) from None
+
+
+def _stream_ads(path: Path) -> Iterator[classad2.ClassAd | _PlainAd]:
+    """The ads of a snapshot file one at a time: JSON lists streamed (:func:`_json_items`), any
+    other file, and any file the stream cannot judge, read whole by :func:`read_ads`. Raises
+    SnapshotError as ``read_ads`` does, or _Fallback after part of a file was given (then
+    ``read_ads`` has found no error: read it whole)."""
+    escapes = {"surrogate": False}
+    items = _json_items(path, escapes)
+    try:
+        first = next(items, None)
+    except _Fallback:
+        yield from read_ads(path)
+        return
+    if first is None:
+        return
+    try:
+        yield _checked(first, escapes["surrogate"])
+        for obj in items:
+            yield _checked(obj, escapes["surrogate"])
+    except _Fallback:
+        read_ads(path)  # raises the error, as the whole-file reader names it
+        raise
+
+
+def _checked(obj: Any, surrogates: bool) -> _PlainAd:
+    """One streamed JSON item as ``_ads_from_json`` takes it, as a view; _Fallback when it
+    refuses it. ``surrogates``: the file has ``\\uD800``-like escapes, so every string is checked."""
+    if obj.__class__ is not dict:
+        raise _Fallback
+    if surrogates:
+        _big_reals(obj)
+        try:
+            return _PlainAd(obj, _classad(obj, 0))
+        except _BadValue:
+            raise _Fallback from None
+    layout = tuple(obj)
+    if layout not in _LAYOUTS and not _names_ok(layout):
+        raise _Fallback
+    for attr, value in obj.items():
+        kind = value.__class__
+        if kind is str:
+            if value.startswith(_EXPR_PREFIX) and value.endswith(_EXPR_SUFFIX) and value not in _EXPRESSIONS:
+                _known_expression(value)
+        elif kind is int:
+            if not -2**63 <= value < 2**63:
+                obj[attr] = float(value)
+        elif not (kind is float or kind is bool or value is None):
+            _check_nested(value, 0)
+    return _PlainAd(obj)
+
+
+def _known_expression(value: str) -> None:
+    """Remember ``"/Expr(...)/"`` as classad2 prints it; _Fallback when it does not parse."""
+    try:
+        text = str(_expression(value[len(_EXPR_PREFIX):-len(_EXPR_SUFFIX)]))
+    except _BadValue:
+        raise _Fallback from None
+    if len(_EXPRESSIONS) < _MAX_CACHED:
+        _EXPRESSIONS[value] = text
+
+
+def _check_nested(value: list | dict, depth: int) -> None:
+    """``_value``'s checks of a list or nested ad, without building it (integers beyond 64 bits
+    made reals, as ``_json_int`` reads them); _Fallback where ``_value`` refuses."""
+    if depth >= MAX_VALUE_DEPTH:
+        raise _Fallback
+    if value.__class__ is dict:
+        if not _names_ok(tuple(value)):
+            raise _Fallback
+        keys: Iterable = list(value)
+    else:
+        keys = range(len(value))
+    for key in keys:
+        item = value[key]
+        kind = item.__class__
+        if kind is str:
+            if item.startswith(_EXPR_PREFIX) and item.endswith(_EXPR_SUFFIX) and item not in _EXPRESSIONS:
+                _known_expression(item)
+        elif kind is int:
+            if not -2**63 <= item < 2**63:
+                value[key] = float(item)
+        elif kind is list or kind is dict:
+            _check_nested(item, depth + 1)
+
+
+def _big_reals(value: list | dict) -> None:
+    """Integers beyond 64 bits in ``value`` made reals, in place (``_json_int``)."""
+    for key in (list(value) if value.__class__ is dict else range(len(value))):
+        item = value[key]
+        if item.__class__ is int and not -2**63 <= item < 2**63:
+            value[key] = float(item)
+        elif item.__class__ is list or item.__class__ is dict:
+            _big_reals(item)
+
+
+def _names_ok(layout: tuple[str, ...]) -> bool:
+    """True when classad2 takes these attribute names."""
+    try:
+        classad2.ClassAd(dict.fromkeys(layout, 0))
+    except Exception:
+        return False
+    return True
+
+
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+_CHUNK_BYTES = 1 << 22
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _json_items(path: Path, escapes: dict[str, bool]) -> Iterator[Any]:
+    """Each item of a file holding a JSON list, parsed one at a time from 4 MiB reads (the text
+    is never held whole); _Fallback for anything else (an object, a BOM, not UTF-8, a syntax
+    error, a bound broken: ``read_ads`` names it). Sets ``escapes["surrogate"]`` once the text
+    has an escape of half a UTF-16 pair."""
+    try:
+        f = path.open("rb")
+    except OSError:
+        raise _Fallback from None
+    with f:
+        if os.fstat(f.fileno()).st_size > MAX_SNAPSHOT_BYTES:
+            raise _Fallback
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        scan = json.JSONDecoder().raw_decode  # integers beyond 64 bits: _checked
+        state = {"buf": "", "pos": 0, "eof": False, "read": 0}
+
+        def fill() -> None:
+            data = f.read(_CHUNK_BYTES)
+            state["read"] += len(data)
+            if state["read"] > MAX_SNAPSHOT_BYTES:
+                raise _Fallback
+            try:
+                text = decoder.decode(data, final=not data)
+            except UnicodeDecodeError:
+                raise _Fallback from None
+            state["buf"], state["pos"], state["eof"] = state["buf"][state["pos"]:] + text, 0, not data
+            if not escapes["surrogate"] and _SURROGATE_ESCAPE.search(state["buf"]):
+                escapes["surrogate"] = True
+
+        def next_char() -> str:
+            """The next non-space character ('' at the end), not consumed."""
+            while True:
+                pos = _JSON_SPACE.match(state["buf"], state["pos"]).end()
+                state["pos"] = pos
+                if pos < len(state["buf"]):
+                    return state["buf"][pos]
+                if state["eof"]:
+                    return ""
+                fill()
+
+        if next_char() != "[":
+            raise _Fallback
+        state["pos"] += 1
+        count = 0
+        if next_char() == "]":
+            state["pos"] += 1
+        else:
+            while True:
+                if next_char() != "{":
+                    raise _Fallback
+                while True:
+                    buf = state["buf"]
+                    try:
+                        obj, end = scan(buf, state["pos"])
+                        break
+                    except json.JSONDecodeError as e:
+                        cut = e.msg.startswith("Unterminated string") or e.pos >= len(buf) - 16
+                        if state["eof"] or not cut:
+                            raise _Fallback from None
+                        fill()
+                    except (RecursionError, ValueError):  # ValueError: an integer of 4300 digits and more
+                        raise _Fallback from None
+                state["pos"] = end
+                count += 1
+                if count > MAX_ADS:
+                    raise _Fallback
+                yield obj
+                char = next_char()
+                state["pos"] += 1
+                if char == "]":
+                    break
+                if char != ",":
+                    raise _Fallback
+        if next_char() != "":
+            raise _Fallback

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from condor_sched.classads import ads_to_json, read_ads, state_from_ads
+from condor_sched.classads import ads_to_json, state_from_snapshot
 from condor_sched.model import PoolState
 
 QUEUE_FILE = "queue.json"
@@ -12,7 +12,7 @@ MACHINES_FILE = "machines.json"
 
 def load_snapshot(queue: str | Path, machines: str | Path) -> PoolState:
     """Records from snapshot files; raises SnapshotError for a file that does not parse."""
-    return state_from_ads({None: read_ads(queue)}, read_ads(machines))
+    return state_from_snapshot(queue, machines)
 
 
 def write_snapshot(outdir: str | Path) -> tuple[Path, Path]:

@@ -26,6 +26,9 @@ BAD_QUEUES = {
                        r"attribute RequestMemory: expression longer than"),
     "bad-expr.json": (json_text([{**GOOD_JOB, "Requirements": "/Expr(((()/"}]), r"expression does not parse"),
     "not-an-ad.json": ("[1, 2]", r"item 0 is not a JSON object"),
+    # classad2 25.14 kills the process on a string holding half a UTF-16 pair
+    "surrogate.json": ('[{"ClusterId": 1, "ProcId": 0, "Owner": "\\ud800"}]', r"item 0, attribute Owner: not Unicode"),
+    "surrogate-name.json": ('[{"ClusterId": 1, "O\\udfffwner": 1}]', r"item 0, attribute O\\udfffwner: not Unicode"),
     "garbage.long": ("ClusterId = 1\nProcId = 0\nthis is garbage\n", r"line 3 is not 'Attr = value'"),
     "latin1.long": (b'ClusterId = 1\nOwner = "j\xfcrgen"\n', r"not UTF-8 text \(line 2"),
     "long-line.long": ("ClusterId = 1\nRequestMemory = " + "+".join(["1"] * 300_000) + "\n", r"line 2: RequestMemory"),
