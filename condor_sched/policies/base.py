@@ -102,9 +102,17 @@ def run_policy(policy: Policy, request: PlanRequest, settings: PlanSettings) -> 
     groups before it left free. With one group (the usual queue) this is one call."""
     groups: dict[frozenset[str] | None, list[Job]] = {}
     names = frozenset(s.name for s in request.slots)
+    # Jobs of one class share one eligible set object: intersect each object once.
+    narrowed: dict[int, frozenset[str] | None] = {}
     for job in request.idle:
         allowed = request.eligible.get(job.key)
-        groups.setdefault(None if allowed is None or names <= allowed else allowed & names, []).append(job)
+        if allowed is None:
+            group = None
+        elif id(allowed) in narrowed:
+            group = narrowed[id(allowed)]
+        else:
+            group = narrowed[id(allowed)] = None if names <= allowed else allowed & names
+        groups.setdefault(group, []).append(job)
     if set(groups) <= {None}:  # every job may use every slot
         return policy.plan(replace(request, eligible={}), settings)
     free = {s.name: s for s in request.slots}
