@@ -700,6 +700,22 @@ def _accepting(requirements: str, values: Iterable[tuple[str, str]],
     else:  # probes alike in their expressions and in which attributes they have read the same
         signature = (requirements, tuple(r.lower() for r, _ in values),
                      tuple((r.lower(), v) for r, v in values if not _LITERAL.fullmatch(v)))
+        started = classes.start_accepting(probe, values, requirements)
+        if started is not None:
+            # A symmetric match is the job's Requirements on the slot and the slot's START on
+            # the job (classad2's symmetricMatch): each side evaluated once per class of
+            # what that side reads, START once per value of the job attributes it reads.
+            groups = classes.partition(probe, signature, with_start=False)
+            accepted = []
+            for members in groups:
+                name, target = targets[members[0]]
+                probe[PIN_SLOT_ATTR] = name
+                try:
+                    if target.matches(probe):
+                        accepted.append(members)
+                except Exception:  # a hostile expression matches nothing, as in HTCondor
+                    pass
+            return classes.names(groups, accepted) & started
         groups = classes.partition(probe, signature)
     accepted = []
     for members in groups:
@@ -740,12 +756,62 @@ class _SlotClasses:
     def __init__(self, targets: list[tuple[str, classad2.ClassAd]]):
         self.targets = targets
         self._values: dict[tuple[int, str], tuple[str, tuple[str, ...]]] = {}
-        self._partitions: dict[frozenset[str], list[list[int]]] = {}
+        self._partitions: dict[tuple[frozenset[str], bool], list[list[int]]] = {}
         self._reads: dict[Hashable, frozenset[str] | None] = {}
         self._names: dict[tuple[int, ...], frozenset[str]] = {}
         self._singletons = [[i] for i in range(len(targets))]
         self._parsed: dict[str, classad2.ExprTree] = {}
         self.start = [self._start_key(i) for i in range(len(targets))]
+        self.start_reads = self._start_job_reads()
+        self._start_groups: list[list[int]] | None = None
+        self._start_memo: dict[tuple, frozenset[str]] = {}
+
+    def _start_job_reads(self) -> frozenset[str] | None:
+        """The job attributes (lower case) any slot's START reads (``TARGET.X``, and unqualified
+        names the slot lacks); None when a START calls an ``eval`` function or does not parse."""
+        reads: set[str] = set()
+        for _, target in self.targets:
+            try:
+                expr = target.lookup("Requirements")
+                refs = target.externalRefs(expr)
+            except Exception:
+                return None
+            if "eval" in str(expr).lower():
+                return None
+            for ref in refs:
+                lower = ref.lower()
+                if lower.startswith("target."):
+                    reads.add(lower[7:].split(".", 1)[0])
+                elif "." not in lower:
+                    reads.add(lower)
+        return frozenset(reads)
+
+    def start_accepting(self, probe: classad2.ClassAd, values: Iterable[tuple[str, str]],
+                        requirements: str) -> frozenset[str] | None:
+        """The names of the slots whose START accepts ``probe`` pinned to them, evaluated once
+        per class of equal START (``start``) and memoised on the values of the job attributes
+        START reads; None when that cannot be known (``start_reads`` is None)."""
+        if self.start_reads is None:
+            return None
+        key = (tuple((r.lower(), v) for r, v in values if r.lower() in self.start_reads),
+               requirements if "requirements" in self.start_reads else None)
+        if key not in self._start_memo:
+            if self._start_groups is None:
+                classes: dict[Hashable, list[int]] = {}
+                for i in range(len(self.targets)):
+                    classes.setdefault(("own", i) if self.start[i] is None else self.start[i], []).append(i)
+                self._start_groups = list(classes.values())
+            accepted = []
+            for members in self._start_groups:
+                name, target = self.targets[members[0]]
+                probe[PIN_SLOT_ATTR] = name
+                try:
+                    if probe.matches(target):
+                        accepted.append(members)
+                except Exception:  # a hostile expression matches nothing, as in HTCondor
+                    pass
+            self._start_memo[key] = self.names(self._start_groups, accepted)
+        return self._start_memo[key]
 
     def _start_key(self, i: int) -> tuple | None:
         """Slot ``i``'s START with its pin clause's value, and what it reads of the slot."""
@@ -808,22 +874,24 @@ class _SlotClasses:
             todo += refs
         return tuple(sorted(seen.items()))
 
-    def partition(self, probe: classad2.ClassAd, signature: Hashable) -> list[list[int]]:
+    def partition(self, probe: classad2.ClassAd, signature: Hashable, with_start: bool = True) -> list[list[int]]:
         """Indices of the targets in classes that answer ``probe`` alike (pin aside), a list kept
-        as long as this object. ``signature``: equal for probes whose expressions read the same
-        (``_accepting``)."""
+        as long as this object: in the probe's Requirements and the slot's START, or
+        (``with_start`` false) in the probe's Requirements alone. ``signature``: equal for
+        probes whose expressions read the same (``_accepting``)."""
         if signature not in self._reads:
             self._reads[signature] = self._slot_reads(probe)
         attrs = self._reads[signature]
         if attrs is None:
             return self._singletons
-        if attrs not in self._partitions:
+        if (attrs, with_start) not in self._partitions:
             classes: dict[tuple, list[int]] = {}
             for i in range(len(self.targets)):
-                reads = None if self.start[i] is None else self._closure(i, attrs)
-                classes.setdefault(("own", i) if reads is None else (self.start[i], reads), []).append(i)
-            self._partitions[attrs] = list(classes.values())
-        return self._partitions[attrs]
+                reads = None if with_start and self.start[i] is None else self._closure(i, attrs)
+                own = ("own", i) if reads is None else (self.start[i] if with_start else None, reads)
+                classes.setdefault(own, []).append(i)
+            self._partitions[(attrs, with_start)] = list(classes.values())
+        return self._partitions[(attrs, with_start)]
 
     def names(self, partition: list[list[int]], classes: list[list[int]]) -> frozenset[str]:
         """The names of the targets in ``classes`` of ``partition`` (a list ``partition`` gave,

@@ -98,11 +98,17 @@ def write(path: Path, ads: list[dict]) -> Path:
     return path
 
 
+def one_by_one(patch) -> None:
+    """Matchmaking as before issue 11: every slot on its own, one symmetric match each."""
+    patch.setattr(classads._SlotClasses, "partition", lambda self, probe, signature, with_start=True: self._singletons)
+    patch.setattr(classads._SlotClasses, "start_accepting", lambda self, probe, values, requirements: None)
+
+
 def reference_state(queue: Path, machines_file: Path, monkeypatch) -> classads.PoolState:
     """The state as before issue 11: whole ClassAds evaluated attribute by attribute, every
     slot matched one by one."""
     with monkeypatch.context() as m:
-        m.setattr(classads._SlotClasses, "partition", lambda self, probe, signature: self._singletons)
+        one_by_one(m)
         return classads._build_state([(None, read_ads(queue))], read_ads(machines_file))
 
 
@@ -142,7 +148,7 @@ def test_slot_classes_answer_as_every_slot_would(tmp_path, monkeypatch):
     jobs = [(j, ad) for ad in read_ads(write(tmp_path / "q.json", mixed_queue(60, 4)))
             for j in [_job_or_none(ad)] if j is not None and j.is_idle]
     grouped = classads.eligible_slots(jobs, ads)
-    monkeypatch.setattr(classads._SlotClasses, "partition", lambda self, probe, signature: self._singletons)
+    one_by_one(monkeypatch)
     assert grouped == classads.eligible_slots(jobs, ads)
     assert any("slot2@node1.cosched.test" not in names for names in grouped.values())
     classes = classads._SlotClasses(classads._targets(ads))
