@@ -48,7 +48,7 @@ from condor_sched.policies.base import (
     get_policy,
     run_policy,
 )
-from condor_sched.policies.devices import compute_overcommit
+from condor_sched.policies.devices import Capacity, compute_overcommit, demand, free_capacity, split_too_big
 
 if TYPE_CHECKING:
     from condor_sched.profiles import ProfileStore
@@ -58,14 +58,50 @@ if TYPE_CHECKING:
 HOLDS_A_SLOT = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED})
 
 
+@dataclass(slots=True)
+class PlanCache:
+    """What a cycle derived from each idle job, kept for the next cycle (``CycleMemory.cache``):
+    per job record its FIFO order and demand shape, and the ``Unplaced`` record it was last
+    given. Entries are checked against the job record itself (``is``), so a source that builds
+    new records every cycle (the sidecar) simply recomputes them: a cache never changes a
+    decision, only what it costs."""
+
+    granularity_mb: int = 0
+    #: Job key -> (the record the entry was made from, FIFO order, demand shape).
+    rows: dict[JobKey, tuple[Job, tuple, Capacity]] = field(default_factory=dict)
+    unplaced: dict[JobKey, Unplaced] = field(default_factory=dict)
+
+    def row(self, job: Job, settings: PlanSettings) -> tuple[Job, tuple, Capacity]:
+        if self.granularity_mb != settings.memory_granularity_mb:
+            self.granularity_mb, self.rows = settings.memory_granularity_mb, {}
+        row = self.rows.get(job.key)
+        if row is None or row[0] is not job:
+            k = job.key
+            row = self.rows[k] = (job, (job.submitted_at_s, k.schedd, k.cluster, k.proc), demand(job, settings))
+        return row
+
+    def unplaced_record(self, key: JobKey, reason: str) -> Unplaced:
+        u = self.unplaced.get(key)
+        if u is None or u.reason != reason:
+            u = self.unplaced[key] = Unplaced(key, reason)
+        return u
+
+    def forget_all_but(self, live: int) -> None:
+        """Drop the entries of jobs gone when they outnumber the ``live`` ones (bounded size)."""
+        if len(self.rows) > 2 * live + 1024:
+            self.rows, self.unplaced = {}, {}
+
+
 @dataclass(frozen=True, slots=True)
 class CycleMemory:
     """What a cycle remembers of earlier ones: this cycle's number and the cycle each covered
-    idle job was first seen (its age drives the aging rules). A source without memory
-    (``plan``, a sidecar just started) uses :meth:`fresh`."""
+    idle job was first seen (its age drives the aging rules), and ``cache``, what earlier
+    cycles derived from the jobs (it saves work, never changes the decision; None: start
+    empty). A source without memory (``plan``, a sidecar just started) uses :meth:`fresh`."""
 
     cycle: int
     first_seen: Mapping[JobKey, int] = field(default_factory=dict)
+    cache: PlanCache | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def fresh(cls, state: PoolState) -> CycleMemory:
@@ -84,6 +120,9 @@ class CycleConfig:
     plan: PlanSettings = PlanSettings()
     unpin_age_cycles: int = 3
     profiles: ProfileStore | None = None
+    #: Plan ``BOUNDED_POLICIES`` on the jobs that can matter only (same decision, less work);
+    #: False: every policy sees the whole queue (the baseline ``scripts/bench_simulate`` times).
+    bounded: bool = True
 
     @classmethod
     def from_settings(cls, settings: SidecarSettings, profiles: ProfileStore | None = None) -> CycleConfig:
@@ -149,6 +188,7 @@ class CycleDecision:
     #: What each idle covered job that was pinned or left waiting this cycle is told
     #: (``CoSchedPinReason``); kept pins keep theirs.
     reasons: Mapping[JobKey, str] = field(default_factory=dict)
+    cache: PlanCache | None = field(default=None, compare=False, repr=False)
 
     @property
     def unplaced(self) -> tuple[Unplaced, ...]:
@@ -156,7 +196,7 @@ class CycleDecision:
 
     def next_memory(self, cycle: int | None = None) -> CycleMemory:
         """The memory of the next cycle, numbered ``cycle`` (default: this one plus one)."""
-        return CycleMemory(self.cycle + 1 if cycle is None else cycle, self.first_seen)
+        return CycleMemory(self.cycle + 1 if cycle is None else cycle, self.first_seen, self.cache)
 
     def to_json(self) -> dict[str, Any]:
         """The documented ``plan --json`` object: placements of this cycle (``assignments``,
@@ -346,19 +386,80 @@ def by_rank(plan: Plan, request: PlanRequest, ranks: Mapping[JobKey, Mapping[str
     return replace(plan, assignments=tuple(moved))
 
 
+#: Device policies whose plan depends, per demand shape, only on the shape's oldest jobs
+#: (as many as the free device memory could hold, and the starving ones): ``knapsack``
+#: (Fig. 4 takes each class's smallest-memory jobs, oldest first within a shape, and never
+#: more of a shape than the free memory holds) and ``exclusive`` (FIFO: once a job of a shape
+#: fits no empty device, no later job of that shape does). ``random`` draws over and
+#: ``global`` solves over the whole queue: they always get it all.
+BOUNDED_POLICIES = frozenset({"knapsack", "exclusive"})
+
+
+def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, cache: PlanCache) -> Plan:
+    """``run_policy`` for a policy of ``BOUNDED_POLICIES`` on a queue every job of which may use
+    every slot, and equal to it: the policy plans each demand shape's oldest
+    ``most of the shape the free capacity holds + starving + 2`` jobs and every starving job
+    (no plan places more of a shape, or looks further down it: a device's candidates of a
+    shape are at most what its residual holds), and each job left out is unplaced with the
+    reason the plan gave its shape (a reason depends on the shape alone, but for starving
+    jobs' notes, and those are never left out)."""
+    device_slots = [s for s in request.slots if s.kind is SlotKind.DEVICE]
+    free = [sum(column) for column in zip(*(free_capacity(s, settings) for s in device_slots))] or [0] * 4
+    rows = sorted((cache.row(j, settings) for j in request.idle if j.is_idle and j.uses_device), key=lambda r: r[1])
+    cycle, first_seen, limit = request.cycle, request.first_seen_cycle, settings.age_limit_cycles
+    starving = {r[0].key for r in rows if cycle - first_seen.get(r[0].key, cycle) > limit}
+    per_shape: dict[Capacity, int] = {}
+    most: dict[Capacity, float] = {}
+    kept, cut = [], set()
+    for job, _, need in rows:
+        n = per_shape.get(need, 0)
+        per_shape[need] = n + 1
+        if need not in most:
+            most[need] = min((f // d for f, d in zip(free, need) if d > 0), default=math.inf) + len(starving) + 2
+        if n < most[need] or job.key in starving:
+            kept.append(job)
+        else:
+            cut.add(need)
+    cache.forget_all_but(len(rows))
+    if not cut:
+        return run_policy(policy, request, settings)
+    plan = policy.plan(replace(request, idle=tuple(kept), eligible={}), settings)
+    said = {u.job: u.reason for u in plan.unplaced}
+    shape_reason = {need: said[job.key] for job, _, need in rows
+                    if need in cut and job.key in said and job.key not in starving}
+    representatives: dict[Capacity, Job] = {}
+    for job, _, need in rows:
+        representatives.setdefault(need, job)
+    too_big = {need for need, job in representatives.items() if split_too_big([job], device_slots, settings)[1]}
+    placed = {a.job for a in plan.assignments}
+    big, rest = [], []
+    for job, _, need in rows:
+        key = job.key
+        if key in placed:
+            continue
+        u = cache.unplaced_record(key, said[key] if key in said else shape_reason[need])
+        (big if need in too_big else rest).append(u)
+    unplaced = tuple(big + rest)
+    return replace(plan, unplaced=unplaced, stats={**plan.stats, "jobs_considered": len(rows), "unplaced": len(unplaced)})
+
+
 #: Most turns a cycle gives a policy when several submitters wait (each turn is one policy run).
 MAX_TURNS = 4
 
 
 def plan_in_turns(policy: Policy, request: PlanRequest, settings: PlanSettings,
-                  is_aged: Callable[[Job], bool]) -> Plan:
+                  is_aged: Callable[[Job], bool], cache: PlanCache | None = None) -> Plan:
     """``run_policy`` on ``request.idle`` in fair-share order (``fairshare``): with one
     submitter, one run over every job; with several, turns as the negotiator's pie spins:
     each turn offers the fair-order prefix that fits what is still free (plus every aged job)
     and the next turn goes on with the rest, until a turn places nothing or ``MAX_TURNS``. So
-    the packing chooses within a submitter's fair slice, never across the whole queue."""
+    the packing chooses within a submitter's fair slice, never across the whole queue.
+    With ``cache``, a policy of ``BOUNDED_POLICIES`` on a one-submitter queue without
+    eligibility limits runs through :func:`bounded_run` (the same plan, less work)."""
     ordered = list(request.idle)
     if len({j.submitter for j in ordered}) <= 1:
+        if cache is not None and policy.name in BOUNDED_POLICIES and not request.eligible:
+            return bounded_run(policy, request, settings, cache)
         return run_policy(policy, request, settings)
     free = {s.name: s for s in request.slots}
     by_key = {j.key: j for j in ordered}
@@ -402,6 +503,7 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
     """What one cycle does (module docstring), from ``state`` and ``memory`` alone."""
     state = consistent_state(state)
     cycle = memory.cycle
+    cache = (memory.cache or PlanCache()) if config.bounded else None
     slots = {s.name: s for s in state.slots}
     jobs = sorted((j for j in state.jobs if covered(j)), key=lambda j: j.key)  # the same order from every source
     first_seen = {j.key: memory.first_seen.get(j.key, cycle) for j in jobs}
@@ -415,7 +517,8 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
             unpins.append(Unpin(job.key, reason))
             if job.start_refused is not None:
                 refused[job.key] = job.pinned_slot
-        to_plan.append(replace(job, pinned_slot=None, pinned_cycle=None))
+        to_plan.append(job if job.pinned_slot is None and job.pinned_cycle is None
+                       else replace(job, pinned_slot=None, pinned_cycle=None))
     kept, crowded = _pins_within_totals(kept, slots, config.plan)
     unpins += crowded
     crowded_keys = {u.job for u in crowded}
@@ -446,7 +549,7 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
         idle=device_jobs, slots=device_slots, running=running,
         eligible=_with_device_kinds(eligible, device_jobs, device_slots), nodes=state.nodes, cycle=cycle,
         first_seen_cycle=first_seen, profiles=config.profiles, exploration_scales=state.exploration_scales)
-    plans = [by_rank(plan_in_turns(config.device_policy, request, config.plan, is_aged), request, state.ranks)]
+    plans = [by_rank(plan_in_turns(config.device_policy, request, config.plan, is_aged, cache), request, state.ranks)]
     if config.spread_policy is not None:
         spread_jobs, socket_slots = offered((j for j in to_plan if j.wants_spread), SlotKind.SOCKET)
         plans.append(plan_in_turns(config.spread_policy, replace(request, idle=spread_jobs, slots=socket_slots,
@@ -461,4 +564,5 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
         if u.job in refused and u.job in reasons:
             reasons[u.job] = f"{u.reason}; now {reasons[u.job]}"
     return CycleDecision(cycle, len(jobs), tuple(Assignment(j.key, j.pinned_slot) for j in kept),  # type: ignore[arg-type]
-                         tuple(unpins), tuple(enrolls), pins, tuple(plans), state.skipped, first_seen, holds, reasons)
+                         tuple(unpins), tuple(enrolls), pins, tuple(plans), state.skipped, first_seen, holds, reasons,
+                         cache)
