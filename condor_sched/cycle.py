@@ -499,13 +499,19 @@ def running_jobs(state: PoolState) -> tuple[RunningJob, ...]:
     return tuple(out)
 
 
+def _key_order(job: Job) -> tuple[str, int, int]:
+    """``job.key``'s order as a plain tuple (compared without calling Python code)."""
+    k = job.key
+    return k.schedd, k.cluster, k.proc
+
+
 def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> CycleDecision:
     """What one cycle does (module docstring), from ``state`` and ``memory`` alone."""
     state = consistent_state(state)
     cycle = memory.cycle
     cache = (memory.cache or PlanCache()) if config.bounded else None
     slots = {s.name: s for s in state.slots}
-    jobs = sorted((j for j in state.jobs if covered(j)), key=lambda j: j.key)  # the same order from every source
+    jobs = sorted((j for j in state.jobs if covered(j)), key=_key_order)  # the same order from every source
     first_seen = {j.key: memory.first_seen.get(j.key, cycle) for j in jobs}
     unpins, kept, to_plan, refused = [], [], [], {}
     for job in jobs:
@@ -541,7 +547,13 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
 
     def offered(jobs: Iterable[Job], kind: SlotKind) -> tuple[tuple[Job, ...], tuple[Slot, ...]]:
         """The jobs of one kind in fair-share order, and the slots their policy may use."""
-        ordered = fair_order(list(jobs), running, [s for s in state.slots if s.kind is kind], state.user_priorities)
+        jobs = list(jobs)
+        if len({j.submitter for j in jobs}) <= 1 and len({j.job_prio for j in jobs}) <= 1:
+            # One submitter, one JobPrio: fair order is key order (each job's virtual finish
+            # only grows along it, ties go by key).
+            ordered = sorted(jobs, key=_key_order)
+        else:
+            ordered = fair_order(jobs, running, [s for s in state.slots if s.kind is kind], state.user_priorities)
         return tuple(ordered), tuple(s for s in free if s.kind is kind)
 
     device_jobs, device_slots = offered((j for j in to_plan if j.uses_device), SlotKind.DEVICE)
