@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+
+import numpy as np
 
 from condor_sched.consistency import consistent_state
 from condor_sched.device_kinds import DEFAULT_KIND
@@ -49,6 +52,7 @@ from condor_sched.policies.base import (
     run_policy,
 )
 from condor_sched.policies.devices import Capacity, compute_overcommit, demand, free_capacity, split_too_big
+from condor_sched.policies.devices import _not_fitted_reason as not_fitted_reason
 
 if TYPE_CHECKING:
     from condor_sched.profiles import ProfileStore
@@ -61,35 +65,31 @@ HOLDS_A_SLOT = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobS
 @dataclass(slots=True)
 class PlanCache:
     """What a cycle derived from each idle job, kept for the next cycle (``CycleMemory.cache``):
-    per job record its FIFO order and demand shape, and the ``Unplaced`` record it was last
-    given. Entries are checked against the job record itself (``is``), so a source that builds
-    new records every cycle (the sidecar) simply recomputes them: a cache never changes a
-    decision, only what it costs."""
+    per job record its FIFO order, its demand shape and the ``Unplaced`` record it was last
+    given. Entries are found by the record's identity and checked against it (``is``; the entry
+    holds the record, so its id is never reused), so a source that builds new records every
+    cycle (the sidecar) simply recomputes them: a cache never changes a decision, only its cost."""
 
     granularity_mb: int = 0
-    #: Job key -> (the record the entry was made from, FIFO order, demand shape).
-    rows: dict[JobKey, tuple[Job, tuple, Capacity]] = field(default_factory=dict)
-    unplaced: dict[JobKey, Unplaced] = field(default_factory=dict)
+    #: id(job record) -> [the record, considered by a device plan, FIFO order, demand shape, last Unplaced].
+    rows: dict[int, list] = field(default_factory=dict)
+    #: (shape, device MB of the shape's first job, the device slots' totals) -> why no device holds it.
+    too_big: dict[tuple, str | None] = field(default_factory=dict)
 
-    def row(self, job: Job, settings: PlanSettings) -> tuple[Job, tuple, Capacity]:
+    def row(self, job: Job, settings: PlanSettings) -> list:
         if self.granularity_mb != settings.memory_granularity_mb:
             self.granularity_mb, self.rows = settings.memory_granularity_mb, {}
-        row = self.rows.get(job.key)
+        row = self.rows.get(id(job))
         if row is None or row[0] is not job:
             k = job.key
-            row = self.rows[k] = (job, (job.submitted_at_s, k.schedd, k.cluster, k.proc), demand(job, settings))
+            row = self.rows[id(job)] = [job, job.is_idle and job.uses_device,
+                                        (job.submitted_at_s, k.schedd, k.cluster, k.proc), demand(job, settings), None]
         return row
 
-    def unplaced_record(self, key: JobKey, reason: str) -> Unplaced:
-        u = self.unplaced.get(key)
-        if u is None or u.reason != reason:
-            u = self.unplaced[key] = Unplaced(key, reason)
-        return u
-
     def forget_all_but(self, live: int) -> None:
-        """Drop the entries of jobs gone when they outnumber the ``live`` ones (bounded size)."""
+        """Drop every entry when those of jobs gone outnumber the ``live`` ones (bounded size)."""
         if len(self.rows) > 2 * live + 1024:
-            self.rows, self.unplaced = {}, {}
+            self.rows, self.too_big = {}, {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,48 +397,80 @@ BOUNDED_POLICIES = frozenset({"knapsack", "exclusive"})
 
 def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, cache: PlanCache) -> Plan:
     """``run_policy`` for a policy of ``BOUNDED_POLICIES`` on a queue every job of which may use
-    every slot, and equal to it: the policy plans each demand shape's oldest
-    ``most of the shape the free capacity holds + starving + 2`` jobs and every starving job
-    (no plan places more of a shape, or looks further down it: a device's candidates of a
-    shape are at most what its residual holds), and each job left out is unplaced with the
-    reason the plan gave its shape (a reason depends on the shape alone, but for starving
-    jobs' notes, and those are never left out)."""
+    every slot, and equal to it, planning only the jobs that can matter. Of each demand shape,
+    L = (most jobs of the shape the free capacity holds) + 2, plus the number of devices when
+    some job starves: the policy gets the shape's L oldest jobs and its L longest-starving
+    ones. No plan places more of a shape or looks further down it (a device's candidates of a
+    shape are at most what its residual holds), and once a starving job of a shape can neither
+    be placed nor reserve a device, no later one of its shape can (residuals only shrink).
+    Each job left out is unplaced for the reason ``finish_plan`` gives its shape (too big, or
+    why the final residuals cannot take it)."""
     device_slots = [s for s in request.slots if s.kind is SlotKind.DEVICE]
-    free = [sum(column) for column in zip(*(free_capacity(s, settings) for s in device_slots))] or [0] * 4
-    rows = sorted((cache.row(j, settings) for j in request.idle if j.is_idle and j.uses_device), key=lambda r: r[1])
+    caps = [free_capacity(s, settings) for s in device_slots]
+    free = [sum(column) for column in zip(*caps)] or [0] * len(Capacity._fields)
+    row = cache.row
+    rows = [r for r in (row(j, settings) for j in request.idle) if r[1]]
+    rows.sort(key=itemgetter(2))
+    cache.forget_all_but(len(request.idle))
     cycle, first_seen, limit = request.cycle, request.first_seen_cycle, settings.age_limit_cycles
-    starving = {r[0].key for r in rows if cycle - first_seen.get(r[0].key, cycle) > limit}
-    per_shape: dict[Capacity, int] = {}
+    starving: list[list] = []
+    if first_seen and cycle - min(first_seen.values()) > limit:
+        aged = [(first_seen.get(r[0].key, cycle), r[2], r) for r in rows]
+        starving = [r for seen, _, r in sorted(aged, key=itemgetter(0, 1)) if cycle - seen > limit]
+    extra = 2 + (len(device_slots) if starving else 0)
     most: dict[Capacity, float] = {}
-    kept, cut = [], set()
-    for job, _, need in rows:
-        n = per_shape.get(need, 0)
-        per_shape[need] = n + 1
+    for r in rows:
+        need = r[3]
         if need not in most:
-            most[need] = min((f // d for f, d in zip(free, need) if d > 0), default=math.inf) + len(starving) + 2
-        if n < most[need] or job.key in starving:
-            kept.append(job)
-        else:
-            cut.add(need)
-    cache.forget_all_but(len(rows))
-    if not cut:
+            most[need] = min((f // d for f, d in zip(free, need) if d > 0), default=math.inf) + extra
+    keep: set[int] = set()
+    for ordered in (rows, starving):
+        count: dict[Capacity, int] = {}
+        for r in ordered:
+            n = count.get(r[3], 0)
+            if n < most[r[3]]:
+                count[r[3]] = n + 1
+                keep.add(id(r[0]))
+    if len(keep) == len(rows):
         return run_policy(policy, request, settings)
-    plan = policy.plan(replace(request, idle=tuple(kept), eligible={}), settings)
+    kept = [r for r in rows if id(r[0]) in keep]
+    plan = policy.plan(replace(request, idle=tuple(r[0] for r in kept), eligible={}), settings)
     said = {u.job: u.reason for u in plan.unplaced}
-    shape_reason = {need: said[job.key] for job, _, need in rows
-                    if need in cut and job.key in said and job.key not in starving}
-    representatives: dict[Capacity, Job] = {}
-    for job, _, need in rows:
-        representatives.setdefault(need, job)
-    too_big = {need for need, job in representatives.items() if split_too_big([job], device_slots, settings)[1]}
+    need_of = {r[0].key: r[3] for r in kept}
+    reserved = set(plan.stats.get("reserved_devices", ()))
+    open_caps = {s.name: list(c) for s, c in zip(device_slots, caps) if s.name not in reserved}
+    for a in plan.assignments:
+        if a.slot in open_caps:
+            open_caps[a.slot] = [c - n for c, n in zip(open_caps[a.slot], need_of[a.job])]
+    residual = np.array(list(open_caps.values()), dtype=np.int64).reshape(-1, len(Capacity._fields))
+    hardware = np.array([s.total.device_threads for s in device_slots if s.name in open_caps], dtype=np.int64)
+    shape_reason: dict[Capacity, str] = {}
+    too_big: set[Capacity] = set()
+    totals = tuple(s.total for s in device_slots)
+    for r in rows:
+        need = r[3]
+        if need not in shape_reason:
+            memo = (need, r[0].request.device_memory_mb, totals)
+            if memo not in cache.too_big:
+                bad = split_too_big([r[0]], device_slots, settings)[1]
+                cache.too_big[memo] = bad[0].reason if bad else None
+            if cache.too_big[memo] is not None:
+                too_big.add(need)
+            shape_reason[need] = cache.too_big[memo] or not_fitted_reason(need, residual, hardware)
     placed = {a.job for a in plan.assignments}
     big, rest = [], []
-    for job, _, need in rows:
-        key = job.key
-        if key in placed:
-            continue
-        u = cache.unplaced_record(key, said[key] if key in said else shape_reason[need])
-        (big if need in too_big else rest).append(u)
+    for r in rows:
+        key = r[0].key
+        if id(r[0]) in keep:
+            if key in placed:
+                continue
+            reason = said[key]
+        else:
+            reason = shape_reason[r[3]]
+        u = r[4]
+        if u is None or u.reason != reason:
+            u = r[4] = Unplaced(key, reason)
+        (big if r[3] in too_big else rest).append(u)
     unplaced = tuple(big + rest)
     return replace(plan, unplaced=unplaced, stats={**plan.stats, "jobs_considered": len(rows), "unplaced": len(unplaced)})
 

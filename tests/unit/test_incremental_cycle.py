@@ -56,7 +56,8 @@ def _checked_run(policy_name: str, jobs, nodes: int, settings: PlanSettings):
 
 
 @pytest.mark.parametrize("policy,age,overcommit", [
-    ("knapsack", 10**6, 1.0), ("knapsack", 2, 1.0), ("knapsack", 4, 2.0), ("exclusive", 10**6, 1.0),
+    ("knapsack", 10**6, 1.0), ("knapsack", 2, 1.0), ("knapsack", 4, 2.0), ("knapsack", 0, 1.0),
+    ("exclusive", 10**6, 1.0), ("exclusive", 2, 1.0),
 ])
 def test_bounded_cycle_decides_what_the_whole_queue_decides(policy, age, overcommit):
     settings = PlanSettings(age_limit_cycles=age, thread_overcommit=overcommit)
@@ -98,10 +99,10 @@ def test_plan_cache_entries_follow_the_job_record():
     cache = PlanCache()
     settings = PlanSettings()
     job = Job(JobKey("s", 1, 0), "u", JobStatus.IDLE, Resources(cpus=1, device_memory_mb=120, device_threads=60))
-    assert cache.row(job, settings)[2].device_memory_granules == 3
+    assert cache.row(job, settings)[3].device_memory_granules == 3
     grown = replace(job, request=replace(job.request, device_memory_mb=400))
-    assert cache.row(grown, settings)[2].device_memory_granules == 8  # a new record is never served a stale row
-    assert cache.row(grown, replace(settings, memory_granularity_mb=100))[2].device_memory_granules == 4
+    assert cache.row(grown, settings)[3].device_memory_granules == 8  # a new record is never served a stale row
+    assert cache.row(grown, replace(settings, memory_granularity_mb=100))[3].device_memory_granules == 4
 
 
 def test_a_cache_handed_between_unrelated_states_never_changes_a_decision():
@@ -125,3 +126,16 @@ def test_a_cache_handed_between_unrelated_states_never_changes_a_decision():
 def test_bounded_policies_are_the_registered_greedy_ones():
     assert BOUNDED_POLICIES == {"knapsack", "exclusive"}
     assert {get_policy(name).name for name in BOUNDED_POLICIES} == BOUNDED_POLICIES
+
+
+def test_the_next_memory_carries_the_cache_and_plan_starts_without_one():
+    total = Resources(cpus=4, memory_mb=4096, device_memory_mb=8192, device_threads=240)
+    slots = (Slot("slot1@n0", "n0", SlotKind.DEVICE, total, total),)
+    jobs = tuple(Job(JobKey("s", 1, i), "u", JobStatus.IDLE,
+                     Resources(cpus=1, memory_mb=10, device_memory_mb=300, device_threads=60)) for i in range(50))
+    state = PoolState(jobs, slots)
+    config = CycleConfig(get_policy("knapsack"), None)
+    assert CycleMemory.fresh(state).cache is None
+    first = decide_cycle(state, CycleMemory.fresh(state), config)
+    assert first.cache is not None and first.next_memory().cache is first.cache
+    assert len(first.pins) == 4 and len(first.plans[0].unplaced) == 46
