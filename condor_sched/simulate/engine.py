@@ -30,6 +30,12 @@ no pin waiting) are not decided again: a deterministic policy would return the s
 The exception is aging (``PlanSettings.age_limit_cycles`` over the first-seen cycles of the
 cycle memory): a cycle at which some idle job turns starving is decided again.
 
+The pool state is built from structures kept up to date as events happen, never from a
+pass over every job: the idle procs with their pins in arrival order (``idle_procs``), the
+running procs and slots (rebuilt only after a start or an end), and the idle jobs by the
+cycle they were first seen (the starving check looks at one cycle's jobs). The engine hands
+the cycle memory's ``PlanCache`` from decision to decision, as the sidecar does.
+
 Cycle numbers are negotiation ticks (time / ``cycle_s``), so ages count simulated cycles
 even where the engine skips unchanged ones.
 
