@@ -78,7 +78,7 @@ class PlanCache:
 
     def row(self, job: Job, settings: PlanSettings) -> list:
         if self.granularity_mb != settings.memory_granularity_mb:
-            self.granularity_mb, self.rows = settings.memory_granularity_mb, {}
+            self.granularity_mb, self.rows, self.too_big = settings.memory_granularity_mb, {}, {}
         row = self.rows.get(id(job))
         if row is None or row[0] is not job:
             k = job.key
@@ -386,10 +386,10 @@ def by_rank(plan: Plan, request: PlanRequest, ranks: Mapping[JobKey, Mapping[str
     return replace(plan, assignments=tuple(moved))
 
 
-#: Device policies whose plan depends, per demand shape, only on the shape's oldest jobs
-#: (as many as the free device memory could hold, and the starving ones): ``knapsack``
-#: (Fig. 4 takes each class's smallest-memory jobs, oldest first within a shape, and never
-#: more of a shape than the free memory holds) and ``exclusive`` (FIFO: once a job of a shape
+#: Device policies whose plan depends, per demand shape, only on the shape's oldest and
+#: longest-starving jobs, as many as the free capacity could hold (``bounded_run``):
+#: ``knapsack`` (Fig. 4 takes each class's smallest-memory jobs, oldest first within a shape,
+#: never more than a device's residual holds) and ``exclusive`` (FIFO: once a job of a shape
 #: fits no empty device, no later job of that shape does). ``random`` draws over and
 #: ``global`` solves over the whole queue: they always get it all.
 BOUNDED_POLICIES = frozenset({"knapsack", "exclusive"})
