@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from operator import itemgetter
+from itertools import repeat
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -58,6 +59,10 @@ if TYPE_CHECKING:
     from condor_sched.profiles import ProfileStore
     from condor_sched.settings import SidecarSettings
 
+_submitter, _job_prio, _reason_of = attrgetter("submitter"), attrgetter("job_prio"), attrgetter("reason")
+_job_of = attrgetter("job")
+#: A PlanCache row's FIFO order and demand shape.
+_fifo, _shape = itemgetter(2), itemgetter(3)
 #: Job states in which a job holds a dynamic slot of its partitionable slot.
 HOLDS_A_SLOT = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED})
 
@@ -73,8 +78,10 @@ class PlanCache:
     granularity_mb: int = 0
     #: id(job record) -> [the record, considered by a device plan, FIFO order, demand shape, last Unplaced].
     rows: dict[int, list] = field(default_factory=dict)
-    #: (shape, device MB of the shape's first job, the device slots' totals) -> why no device holds it.
+    #: (shape, device MB of the shape's first job) -> why no device of ``totals`` holds it.
     too_big: dict[tuple, str | None] = field(default_factory=dict)
+    #: The device slots' totals ``too_big`` holds for.
+    totals: tuple = ()
 
     def row(self, job: Job, settings: PlanSettings) -> list:
         if self.granularity_mb != settings.memory_granularity_mb:
@@ -297,6 +304,8 @@ def _reserve(slots: Mapping[str, Slot], pinned: Iterable[Job], all_jobs: Iterabl
     for job in pinned:
         held[job.pinned_slot] = held.get(job.pinned_slot, Resources()) + job.request  # type: ignore[index]
     for job in all_jobs:
+        if job.status is JobStatus.IDLE:  # the common case, without hashing the status
+            continue
         name = _not_yet_in_ad(job, slots)
         if name is not None:
             held[name] = held.get(name, Resources()) + job.request
@@ -323,7 +332,7 @@ def _with_device_kinds(eligible: Mapping[JobKey, frozenset[str]], jobs: Iterable
     by_kind: dict[str, set[str]] = {}
     for slot in slots:
         by_kind.setdefault(slot.device_kind or DEFAULT_KIND, set()).add(slot.name)
-    if len(by_kind) <= 1 and {j.device_kind or DEFAULT_KIND for j in jobs} <= set(by_kind):
+    if len(by_kind) <= 1 and {k or DEFAULT_KIND for k in set(map(attrgetter("device_kind"), jobs))} <= set(by_kind):
         return eligible
     narrowed = dict(eligible)
     for job in jobs:
@@ -408,9 +417,16 @@ def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, ca
     device_slots = [s for s in request.slots if s.kind is SlotKind.DEVICE]
     caps = [free_capacity(s, settings) for s in device_slots]
     free = [sum(column) for column in zip(*caps)] or [0] * len(Capacity._fields)
-    row = cache.row
-    rows = [r for r in (row(j, settings) for j in request.idle) if r[1]]
-    rows.sort(key=itemgetter(2))
+    row, get, rows = cache.row, cache.rows.get, []
+    if cache.granularity_mb != settings.memory_granularity_mb and request.idle:
+        row(request.idle[0], settings)  # resets the cache
+    for j in request.idle:
+        r = get(id(j))
+        if r is None or r[0] is not j:
+            r = row(j, settings)
+        if r[1]:
+            rows.append(r)
+    rows.sort(key=_fifo)
     cache.forget_all_but(len(request.idle))
     cycle, first_seen, limit = request.cycle, request.first_seen_cycle, settings.age_limit_cycles
     starving: list[list] = []
@@ -418,22 +434,32 @@ def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, ca
         aged = [(first_seen.get(r[0].key, cycle), r[2], r) for r in rows]
         starving = [r for seen, _, r in sorted(aged, key=itemgetter(0, 1)) if cycle - seen > limit]
     extra = 2 + (len(device_slots) if starving else 0)
-    most: dict[Capacity, float] = {}
-    for r in rows:
-        need = r[3]
-        if need not in most:
-            most[need] = min((f // d for f, d in zip(free, need) if d > 0), default=math.inf) + extra
-    keep: set[int] = set()
+    most = {need: min((f // d for f, d in zip(free, need) if d > 0), default=math.inf) + extra
+            for need in set(map(_shape, rows))}
+    first: dict[Capacity, list] = {}  # each shape's first row (oldest job)
+    keep: set[int] = set()  # id(row) of the rows the policy gets
+    kept: list[list] = []
     for ordered in (rows, starving):
         count: dict[Capacity, int] = {}
+        full = 0
         for r in ordered:
-            n = count.get(r[3], 0)
-            if n < most[r[3]]:
-                count[r[3]] = n + 1
-                keep.add(id(r[0]))
+            need = r[3]
+            n = count.get(need, 0)
+            if n < most[need]:
+                if n == 0 and need not in first:
+                    first[need] = r
+                count[need] = n + 1
+                if id(r) not in keep:
+                    keep.add(id(r))
+                    kept.append(r)
+                if n + 1 == most[need]:
+                    full += 1
+                    if full == len(most):
+                        break  # every shape has all the jobs it can use
     if len(keep) == len(rows):
         return run_policy(policy, request, settings)
-    kept = [r for r in rows if id(r[0]) in keep]
+    if starving:
+        kept.sort(key=_fifo)
     plan = policy.plan(replace(request, idle=tuple(r[0] for r in kept), eligible={}), settings)
     said = {u.job: u.reason for u in plan.unplaced}
     need_of = {r[0].key: r[3] for r in kept}
@@ -447,30 +473,31 @@ def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, ca
     shape_reason: dict[Capacity, str] = {}
     too_big: set[Capacity] = set()
     totals = tuple(s.total for s in device_slots)
-    for r in rows:
-        need = r[3]
+    if totals != cache.totals:  # the same records cycle after cycle: compared by identity
+        cache.totals, cache.too_big = totals, {}
+    for need, r in first.items():
         if need not in shape_reason:
-            memo = (need, r[0].request.device_memory_mb, totals)
+            memo = (need, r[0].request.device_memory_mb)
             if memo not in cache.too_big:
                 bad = split_too_big([r[0]], device_slots, settings)[1]
                 cache.too_big[memo] = bad[0].reason if bad else None
             if cache.too_big[memo] is not None:
                 too_big.add(need)
             shape_reason[need] = cache.too_big[memo] or not_fitted_reason(need, residual, hardware)
-    placed = {a.job for a in plan.assignments}
+    placed = set(map(_job_of, plan.assignments))
     big, rest = [], []
     for r in rows:
-        key = r[0].key
-        if id(r[0]) in keep:
+        need, u = r[3], r[4]
+        if id(r) in keep:
+            key = r[0].key
             if key in placed:
                 continue
             reason = said[key]
         else:
-            reason = shape_reason[r[3]]
-        u = r[4]
+            reason = shape_reason[need]
         if u is None or u.reason != reason:
-            u = r[4] = Unplaced(key, reason)
-        (big if r[3] in too_big else rest).append(u)
+            u = r[4] = Unplaced(r[0].key, reason)
+        (big if need in too_big else rest).append(u)
     unplaced = tuple(big + rest)
     return replace(plan, unplaced=unplaced, stats={**plan.stats, "jobs_considered": len(rows), "unplaced": len(unplaced)})
 
@@ -489,7 +516,7 @@ def plan_in_turns(policy: Policy, request: PlanRequest, settings: PlanSettings,
     With ``cache``, a policy of ``BOUNDED_POLICIES`` on a one-submitter queue without
     eligibility limits runs through :func:`bounded_run` (the same plan, less work)."""
     ordered = list(request.idle)
-    if len({j.submitter for j in ordered}) <= 1:
+    if len(set(map(_submitter, ordered))) <= 1:
         if cache is not None and policy.name in BOUNDED_POLICIES and not request.eligible:
             return bounded_run(policy, request, settings, cache)
         return run_policy(policy, request, settings)
@@ -519,7 +546,7 @@ def running_jobs(state: PoolState) -> tuple[RunningJob, ...]:
     slots = {s.name: s for s in state.slots}
     out = []
     for job in state.jobs:
-        if job.status not in HOLDS_A_SLOT:
+        if job.status is JobStatus.IDLE or job.status not in HOLDS_A_SLOT:
             continue
         slot = partitionable_slot_of(job.remote_slot) if job.remote_slot else job.pinned_slot
         if slot is None:
@@ -531,10 +558,24 @@ def running_jobs(state: PoolState) -> tuple[RunningJob, ...]:
     return tuple(out)
 
 
-def _key_order(job: Job) -> tuple[str, int, int]:
-    """``job.key``'s order as a plain tuple (compared without calling Python code)."""
-    k = job.key
-    return k.schedd, k.cluster, k.proc
+#: A job's key, the cycle's order of jobs (a tuple: compared without calling Python code).
+_key_order = attrgetter("key")
+
+
+class _Waiting(dict):
+    """``waiting_reason`` of each reason string, each built once."""
+
+    def __missing__(self, reason: str) -> str:
+        self[reason] = out = f"waiting: {reason}"
+        return out
+
+
+def _covered_idle(jobs: Iterable[Job]) -> list[Job]:
+    """``covered`` jobs of ``jobs`` (idle, and a device job or a spread one), in key order."""
+    idle = JobStatus.IDLE
+    out = [j for j in jobs if j.status is idle and (j.request.device_memory_mb > 0 or j.spread)]
+    out.sort(key=_key_order)
+    return out
 
 
 def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> CycleDecision:
@@ -543,8 +584,9 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
     cycle = memory.cycle
     cache = (memory.cache or PlanCache()) if config.bounded else None
     slots = {s.name: s for s in state.slots}
-    jobs = sorted((j for j in state.jobs if covered(j)), key=_key_order)  # the same order from every source
-    first_seen = {j.key: memory.first_seen.get(j.key, cycle) for j in jobs}
+    jobs = _covered_idle(state.jobs)  # the same order from every source
+    keys = list(map(_key_order, jobs))
+    first_seen = dict(zip(keys, map(memory.first_seen.get, keys, repeat(cycle))))
     unpins, kept, to_plan, refused = [], [], [], {}
     for job in jobs:
         if job.pinned_slot is not None:
@@ -560,7 +602,8 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
     kept, crowded = _pins_within_totals(kept, slots, config.plan)
     unpins += crowded
     crowded_keys = {u.job for u in crowded}
-    to_plan += [replace(job, pinned_slot=None, pinned_cycle=None) for job in jobs if job.key in crowded_keys]
+    if crowded_keys:
+        to_plan += [replace(job, pinned_slot=None, pinned_cycle=None) for job in jobs if job.key in crowded_keys]
     # A pinned job whose ad went bad cannot be planned: take its pin away so it is never
     # left pinned to a slot that cannot run it (it stays untouched otherwise); an idle one
     # is held with the attribute named, or it would wait for ever.
@@ -580,7 +623,7 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
     def offered(jobs: Iterable[Job], kind: SlotKind) -> tuple[tuple[Job, ...], tuple[Slot, ...]]:
         """The jobs of one kind in fair-share order, and the slots their policy may use."""
         jobs = list(jobs)
-        if len({j.submitter for j in jobs}) <= 1 and len({j.job_prio for j in jobs}) <= 1:
+        if len(set(map(_submitter, jobs))) <= 1 and len(set(map(_job_prio, jobs))) <= 1:
             # One submitter, one JobPrio: fair order is key order (each job's virtual finish
             # only grows along it, ties go by key).
             ordered = sorted(jobs, key=_key_order)
@@ -599,11 +642,17 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
         plans.append(plan_in_turns(config.spread_policy, replace(request, idle=spread_jobs, slots=socket_slots,
                                                                  eligible=eligible), config.plan, is_aged))
     pins = tuple(_pin_of(a) for p in plans for a in p.assignments)
-    planned = {p.job for p in pins} | {u.job for p in plans for u in p.unplaced}
-    left_out = [Unplaced(j.key, "not offered this cycle: jobs ahead of it in fair-share order take the room")
-                for j in to_plan if j.key not in planned]
-    reasons = {**{u.job: waiting_reason(u) for p in plans for u in p.unplaced},
-               **{u.job: waiting_reason(u) for u in left_out}, **{p.job: pin_reason(p, cycle) for p in pins}}
+    planned = set(map(_job_of, pins))
+    for p in plans:
+        planned.update(map(_job_of, p.unplaced))
+    left_out = [] if len(planned) == len(to_plan) else [
+        Unplaced(j.key, "not offered this cycle: jobs ahead of it in fair-share order take the room")
+        for j in to_plan if j.key not in planned]
+    waiting = _Waiting()
+    reasons: dict[JobKey, str] = {}
+    for unplaced in [*(p.unplaced for p in plans), left_out]:
+        reasons.update(zip(map(_job_of, unplaced), map(waiting.__getitem__, map(_reason_of, unplaced))))
+    reasons.update((p.job, pin_reason(p, cycle)) for p in pins)
     for u in unpins:  # a refused start stays in the user's view until the job is pinned again
         if u.job in refused and u.job in reasons:
             reasons[u.job] = f"{u.reason}; now {reasons[u.job]}"
