@@ -20,8 +20,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from itertools import repeat
-from operator import attrgetter, itemgetter
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from itertools import compress
+from operator import and_, attrgetter, is_, is_not, itemgetter, ne, not_
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -61,8 +62,13 @@ if TYPE_CHECKING:
 
 _submitter, _job_prio, _reason_of = attrgetter("submitter"), attrgetter("job_prio"), attrgetter("reason")
 _job_of = attrgetter("job")
-#: A PlanCache row's FIFO order and demand shape.
-_fifo, _shape = itemgetter(2), itemgetter(3)
+_has_pin_clause, _spread = attrgetter("has_pin_clause"), attrgetter("spread")
+_status, _pinned_slot, _pinned_cycle = attrgetter("status"), attrgetter("pinned_slot"), attrgetter("pinned_cycle")
+#: A PlanCache row's job record, whether a device plan considers it, FIFO order, demand
+#: shape and last ``Unplaced`` (``_NO_ROW``: the row of a record not in the cache).
+_record, _for_device, _fifo, _shape, _last_unplaced = (itemgetter(i) for i in range(5))
+_NOT_YET_UNPLACED = Unplaced(JobKey("", 0, 0), "")
+_NO_ROW: list = [None, False, None, None, _NOT_YET_UNPLACED]
 #: Job states in which a job holds a dynamic slot of its partitionable slot.
 HOLDS_A_SLOT = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED})
 
@@ -90,7 +96,8 @@ class PlanCache:
         if row is None or row[0] is not job:
             k = job.key
             row = self.rows[id(job)] = [job, job.is_idle and job.uses_device,
-                                        (job.submitted_at_s, k.schedd, k.cluster, k.proc), demand(job, settings), None]
+                                        (job.submitted_at_s, k.schedd, k.cluster, k.proc), demand(job, settings),
+                                        _NOT_YET_UNPLACED]
         return row
 
     def forget_all_but(self, live: int) -> None:
@@ -417,15 +424,13 @@ def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, ca
     device_slots = [s for s in request.slots if s.kind is SlotKind.DEVICE]
     caps = [free_capacity(s, settings) for s in device_slots]
     free = [sum(column) for column in zip(*caps)] or [0] * len(Capacity._fields)
-    row, get, rows = cache.row, cache.rows.get, []
-    if cache.granularity_mb != settings.memory_granularity_mb and request.idle:
-        row(request.idle[0], settings)  # resets the cache
-    for j in request.idle:
-        r = get(id(j))
-        if r is None or r[0] is not j:
-            r = row(j, settings)
-        if r[1]:
-            rows.append(r)
+    idle = request.idle
+    if cache.granularity_mb != settings.memory_granularity_mb and idle:
+        cache.row(idle[0], settings)  # resets the cache
+    found = list(map(cache.rows.get, map(id, idle), repeat(_NO_ROW)))
+    for i in list(compress(range(len(idle)), map(is_not, map(_record, found), idle))):
+        found[i] = cache.row(idle[i], settings)
+    rows = list(compress(found, map(_for_device, found)))
     rows.sort(key=_fifo)
     cache.forget_all_but(len(request.idle))
     cycle, first_seen, limit = request.cycle, request.first_seen_cycle, settings.age_limit_cycles
@@ -439,10 +444,11 @@ def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, ca
     first: dict[Capacity, list] = {}  # each shape's first row (oldest job)
     keep: set[int] = set()  # id(row) of the rows the policy gets
     kept: list[list] = []
+    kept_at: list[int] = []  # where each kept row is in rows (without starving jobs)
     for ordered in (rows, starving):
         count: dict[Capacity, int] = {}
         full = 0
-        for r in ordered:
+        for i, r in enumerate(ordered):
             need = r[3]
             n = count.get(need, 0)
             if n < most[need]:
@@ -452,6 +458,7 @@ def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, ca
                 if id(r) not in keep:
                     keep.add(id(r))
                     kept.append(r)
+                    kept_at.append(i)
                 if n + 1 == most[need]:
                     full += 1
                     if full == len(most):
@@ -485,20 +492,24 @@ def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, ca
                 too_big.add(need)
             shape_reason[need] = cache.too_big[memo] or not_fitted_reason(need, residual, hardware)
     placed = set(map(_job_of, plan.assignments))
-    big, rest = [], []
-    for r in rows:
-        need, u = r[3], r[4]
-        if id(r) in keep:
-            key = r[0].key
-            if key in placed:
-                continue
-            reason = said[key]
-        else:
-            reason = shape_reason[need]
-        if u is None or u.reason != reason:
-            u = r[4] = Unplaced(r[0].key, reason)
-        (big if need in too_big else rest).append(u)
-    unplaced = tuple(big + rest)
+    # Each row's reason (None: placed): its shape's, or what the plan said of a job it got.
+    want: list[str | None] = list(map(shape_reason.__getitem__, map(_shape, rows)))
+    if starving:
+        at = dict(zip(map(id, rows), range(len(rows))))
+        kept_at = [at[id(r)] for r in kept]
+    for i, r in zip(kept_at, kept):
+        key = r[0].key
+        want[i] = None if key in placed else said[key]
+    for i in list(compress(range(len(rows)), map(ne, map(_reason_of, map(_last_unplaced, rows)), want))):
+        if want[i] is not None:
+            rows[i][4] = Unplaced(rows[i][0].key, want[i])
+    units, present = list(map(_last_unplaced, rows)), list(map(is_not, want, repeat(None)))
+    if too_big:
+        is_big = list(map(too_big.__contains__, map(_shape, rows)))
+        unplaced = (tuple(compress(units, map(and_, is_big, present)))
+                    + tuple(compress(units, map(and_, map(not_, is_big), present))))
+    else:
+        unplaced = tuple(compress(units, present))
     return replace(plan, unplaced=unplaced, stats={**plan.stats, "jobs_considered": len(rows), "unplaced": len(unplaced)})
 
 
@@ -545,8 +556,8 @@ def running_jobs(state: PoolState) -> tuple[RunningJob, ...]:
     """The jobs holding a dynamic slot, with their partitionable slot, node and measurements."""
     slots = {s.name: s for s in state.slots}
     out = []
-    for job in state.jobs:
-        if job.status is JobStatus.IDLE or job.status not in HOLDS_A_SLOT:
+    for job in _where(state.jobs, _status, is_not, JobStatus.IDLE):
+        if job.status not in HOLDS_A_SLOT:
             continue
         slot = partitionable_slot_of(job.remote_slot) if job.remote_slot else job.pinned_slot
         if slot is None:
@@ -570,10 +581,14 @@ class _Waiting(dict):
         return out
 
 
-def _covered_idle(jobs: Iterable[Job]) -> list[Job]:
+def _where(jobs: Sequence[Job], attr: Callable[[Job], Any], test: Callable[[Any, Any], bool], value: Any) -> list[Job]:
+    """The jobs whose ``attr`` passes ``test(attr, value)``, in order (one pass in C)."""
+    return list(compress(jobs, map(test, map(attr, jobs), repeat(value))))
+
+
+def _covered_idle(jobs: Sequence[Job]) -> list[Job]:
     """``covered`` jobs of ``jobs`` (idle, and a device job or a spread one), in key order."""
-    idle = JobStatus.IDLE
-    out = [j for j in jobs if j.status is idle and (j.request.device_memory_mb > 0 or j.spread)]
+    out = [j for j in _where(jobs, _status, is_, JobStatus.IDLE) if j.request.device_memory_mb > 0 or j.spread]
     out.sort(key=_key_order)
     return out
 
@@ -588,7 +603,11 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
     keys = list(map(_key_order, jobs))
     first_seen = dict(zip(keys, map(memory.first_seen.get, keys, repeat(cycle))))
     unpins, kept, to_plan, refused = [], [], [], {}
-    for job in jobs:
+    pinned = set(map(id, _where(jobs, _pinned_slot, is_not, None) + _where(jobs, _pinned_cycle, is_not, None)))
+    for job in jobs if pinned else ():
+        if id(job) not in pinned:
+            to_plan.append(job)
+            continue
         if job.pinned_slot is not None:
             reason = _stale_reason(job, slots, cycle, config.unpin_age_cycles)
             if reason is None:
@@ -599,6 +618,8 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
                 refused[job.key] = job.pinned_slot
         to_plan.append(job if job.pinned_slot is None and job.pinned_cycle is None
                        else replace(job, pinned_slot=None, pinned_cycle=None))
+    if not pinned:
+        to_plan = list(jobs)
     kept, crowded = _pins_within_totals(kept, slots, config.plan)
     unpins += crowded
     crowded_keys = {u.job for u in crowded}
@@ -612,8 +633,10 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
     holds = tuple(Hold(s.job, _hold_reason(s)) for s in state.skipped if s.job is not None and s.idle)
     if config.spread_policy is None:
         to_plan = [j for j in to_plan if j.uses_device]
-    enrolls = [Enroll(j.key, j.attributes.get("Requirements")) for j in to_plan if not j.has_pin_clause]
-    free = [s for s in _reserve(slots, kept, state.jobs) if s.unavailable is None]
+    enrolls = [Enroll(j.key, j.attributes.get("Requirements"))
+               for j in compress(to_plan, map(not_, map(_has_pin_clause, to_plan)))]
+    busy = _where(state.jobs, _status, is_not, JobStatus.IDLE)
+    free = [s for s in _reserve(slots, kept, busy) if s.unavailable is None]
     running = running_jobs(state)
     eligible = _without_refused_slot(state.eligible, refused, free)
 
@@ -631,14 +654,15 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
             ordered = fair_order(jobs, running, [s for s in state.slots if s.kind is kind], state.user_priorities)
         return tuple(ordered), tuple(s for s in free if s.kind is kind)
 
-    device_jobs, device_slots = offered((j for j in to_plan if j.uses_device), SlotKind.DEVICE)
+    device_jobs, device_slots = offered([j for j in to_plan if j.request.device_memory_mb > 0], SlotKind.DEVICE)
     request = PlanRequest(
         idle=device_jobs, slots=device_slots, running=running,
         eligible=_with_device_kinds(eligible, device_jobs, device_slots), nodes=state.nodes, cycle=cycle,
         first_seen_cycle=first_seen, profiles=config.profiles, exploration_scales=state.exploration_scales)
     plans = [by_rank(plan_in_turns(config.device_policy, request, config.plan, is_aged, cache), request, state.ranks)]
     if config.spread_policy is not None:
-        spread_jobs, socket_slots = offered((j for j in to_plan if j.wants_spread), SlotKind.SOCKET)
+        spread_jobs, socket_slots = offered([j for j in compress(to_plan, map(_spread, to_plan))
+                                             if j.request.device_memory_mb <= 0], SlotKind.SOCKET)
         plans.append(plan_in_turns(config.spread_policy, replace(request, idle=spread_jobs, slots=socket_slots,
                                                                  eligible=eligible), config.plan, is_aged))
     pins = tuple(_pin_of(a) for p in plans for a in p.assignments)
