@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from itertools import repeat
+from collections import Counter
 from itertools import compress
 from operator import and_, attrgetter, is_, is_not, itemgetter, ne, not_
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
@@ -439,34 +440,36 @@ def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, ca
         aged = [(first_seen.get(r[0].key, cycle), r[2], r) for r in rows]
         starving = [r for seen, _, r in sorted(aged, key=itemgetter(0, 1)) if cycle - seen > limit]
     extra = 2 + (len(device_slots) if starving else 0)
-    most = {need: min((f // d for f, d in zip(free, need) if d > 0), default=math.inf) + extra
-            for need in set(map(_shape, rows))}
+    total = Counter(map(_shape, rows))
+    most = {need: min((f // d for f, d in zip(free, need) if d > 0), default=math.inf) + extra for need in total}
+    # Shapes with no more jobs than they can use: every job of theirs is kept (one pass in C).
+    whole = {need for need, n in total.items() if n <= most[need]}
+    whole_rows = list(compress(rows, map(whole.__contains__, map(_shape, rows)))) if whole else []
+    keep = set(map(id, whole_rows))  # id(row) of the rows the policy gets
     first: dict[Capacity, list] = {}  # each shape's first row (oldest job)
-    keep: set[int] = set()  # id(row) of the rows the policy gets
-    kept: list[list] = []
-    kept_at: list[int] = []  # where each kept row is in rows (without starving jobs)
-    for ordered in (rows, starving):
+    for r in whole_rows:
+        first.setdefault(r[3], r)
+    for ordered, skip in ((rows, whole), (starving, ())):
         count: dict[Capacity, int] = {}
-        full = 0
-        for i, r in enumerate(ordered):
+        full, open_shapes = 0, len(total) - len(skip)
+        for r in ordered if open_shapes else ():
             need = r[3]
+            if need in skip:
+                continue
             n = count.get(need, 0)
             if n < most[need]:
                 if n == 0 and need not in first:
                     first[need] = r
                 count[need] = n + 1
-                if id(r) not in keep:
-                    keep.add(id(r))
-                    kept.append(r)
-                    kept_at.append(i)
+                keep.add(id(r))
                 if n + 1 == most[need]:
                     full += 1
-                    if full == len(most):
+                    if full == open_shapes:
                         break  # every shape has all the jobs it can use
     if len(keep) == len(rows):
         return run_policy(policy, request, settings)
-    if starving:
-        kept.sort(key=_fifo)
+    kept_at = list(compress(range(len(rows)), map(keep.__contains__, map(id, rows))))
+    kept = [rows[i] for i in kept_at]  # in FIFO order
     plan = policy.plan(replace(request, idle=tuple(r[0] for r in kept), eligible={}), settings)
     said = {u.job: u.reason for u in plan.unplaced}
     need_of = {r[0].key: r[3] for r in kept}
@@ -494,9 +497,6 @@ def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, ca
     placed = set(map(_job_of, plan.assignments))
     # Each row's reason (None: placed): its shape's, or what the plan said of a job it got.
     want: list[str | None] = list(map(shape_reason.__getitem__, map(_shape, rows)))
-    if starving:
-        at = dict(zip(map(id, rows), range(len(rows))))
-        kept_at = [at[id(r)] for r in kept]
     for i, r in zip(kept_at, kept):
         key = r[0].key
         want[i] = None if key in placed else said[key]
