@@ -13,10 +13,11 @@ through :func:`consistent_state`, which ``cycle.decide_cycle`` applies first (pu
 from __future__ import annotations
 
 from dataclasses import fields, replace
+from operator import attrgetter
 from typing import Sequence
 
 from condor_sched.device_kinds import DEFAULT_KIND, device_kind
-from condor_sched.model import JobKey, PoolState, Resources, Skipped, Slot
+from condor_sched.model import Job, JobKey, PoolState, Resources, Skipped, Slot
 
 
 def distinct_slots(slots: Sequence[Slot]) -> tuple[list[Slot], list[Skipped]]:
@@ -66,14 +67,16 @@ def consistent_state(state: PoolState) -> PoolState:
     slots, skipped = distinct_slots(state.slots)
     checked = [_within_total(s) for s in slots]
     skipped += [note for _, note in checked if note is not None]
-    seen: set[JobKey] = set()
-    jobs = []
-    for job in state.jobs:
-        if job.key in seen:
-            skipped.append(_duplicate_job(job.key))
-        else:
-            seen.add(job.key)
-            jobs.append(job)
+    seen: set[JobKey] = set(map(attrgetter("key"), state.jobs))
+    jobs: Sequence[Job] = state.jobs
+    if len(seen) < len(jobs):  # some id repeats: keep each one's first record
+        seen, jobs = set(), []
+        for job in state.jobs:
+            if job.key in seen:
+                skipped.append(_duplicate_job(job.key))
+            else:
+                seen.add(job.key)
+                jobs.append(job)
     reported = []
     for skip in state.skipped:
         if skip.job is not None and skip.job in seen:

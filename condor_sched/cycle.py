@@ -19,7 +19,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from itertools import repeat
+from collections import Counter
+from itertools import compress
+from operator import and_, attrgetter, is_, is_not, itemgetter, ne, not_
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
 
 from condor_sched.consistency import consistent_state
 from condor_sched.device_kinds import DEFAULT_KIND
@@ -48,24 +54,69 @@ from condor_sched.policies.base import (
     get_policy,
     run_policy,
 )
-from condor_sched.policies.devices import compute_overcommit
+from condor_sched.policies.devices import Capacity, compute_overcommit, demand, free_capacity, split_too_big
+from condor_sched.policies.devices import _not_fitted_reason as not_fitted_reason
 
 if TYPE_CHECKING:
     from condor_sched.profiles import ProfileStore
     from condor_sched.settings import SidecarSettings
 
+_submitter, _job_prio, _reason_of = attrgetter("submitter"), attrgetter("job_prio"), attrgetter("reason")
+_job_of = attrgetter("job")
+_has_pin_clause, _spread = attrgetter("has_pin_clause"), attrgetter("spread")
+_status, _pinned_slot, _pinned_cycle = attrgetter("status"), attrgetter("pinned_slot"), attrgetter("pinned_cycle")
+#: A PlanCache row's job record, whether a device plan considers it, FIFO order, demand
+#: shape and last ``Unplaced`` (``_NO_ROW``: the row of a record not in the cache).
+_record, _for_device, _fifo, _shape, _last_unplaced = (itemgetter(i) for i in range(5))
+_NOT_YET_UNPLACED = Unplaced(JobKey("", 0, 0), "")
+_NO_ROW: list = [None, False, None, None, _NOT_YET_UNPLACED]
 #: Job states in which a job holds a dynamic slot of its partitionable slot.
 HOLDS_A_SLOT = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED})
+
+
+@dataclass(slots=True)
+class PlanCache:
+    """What a cycle derived from each idle job, kept for the next cycle (``CycleMemory.cache``):
+    per job record its FIFO order, its demand shape and the ``Unplaced`` record it was last
+    given. Entries are found by the record's identity and checked against it (``is``; the entry
+    holds the record, so its id is never reused), so a source that builds new records every
+    cycle (the sidecar) simply recomputes them: a cache never changes a decision, only its cost."""
+
+    granularity_mb: int = 0
+    #: id(job record) -> [the record, considered by a device plan, FIFO order, demand shape, last Unplaced].
+    rows: dict[int, list] = field(default_factory=dict)
+    #: (shape, device MB of the shape's first job) -> why no device of ``totals`` holds it.
+    too_big: dict[tuple, str | None] = field(default_factory=dict)
+    #: The device slots' totals ``too_big`` holds for.
+    totals: tuple = ()
+
+    def row(self, job: Job, settings: PlanSettings) -> list:
+        if self.granularity_mb != settings.memory_granularity_mb:
+            self.granularity_mb, self.rows, self.too_big = settings.memory_granularity_mb, {}, {}
+        row = self.rows.get(id(job))
+        if row is None or row[0] is not job:
+            k = job.key
+            row = self.rows[id(job)] = [job, job.is_idle and job.uses_device,
+                                        (job.submitted_at_s, k.schedd, k.cluster, k.proc), demand(job, settings),
+                                        _NOT_YET_UNPLACED]
+        return row
+
+    def forget_all_but(self, live: int) -> None:
+        """Drop every entry when those of jobs gone outnumber the ``live`` ones (bounded size)."""
+        if len(self.rows) > 2 * live + 1024:
+            self.rows, self.too_big = {}, {}
 
 
 @dataclass(frozen=True, slots=True)
 class CycleMemory:
     """What a cycle remembers of earlier ones: this cycle's number and the cycle each covered
-    idle job was first seen (its age drives the aging rules). A source without memory
-    (``plan``, a sidecar just started) uses :meth:`fresh`."""
+    idle job was first seen (its age drives the aging rules), and ``cache``, what earlier
+    cycles derived from the jobs (it saves work, never changes the decision; None: start
+    empty). A source without memory (``plan``, a sidecar just started) uses :meth:`fresh`."""
 
     cycle: int
     first_seen: Mapping[JobKey, int] = field(default_factory=dict)
+    cache: PlanCache | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def fresh(cls, state: PoolState) -> CycleMemory:
@@ -84,6 +135,9 @@ class CycleConfig:
     plan: PlanSettings = PlanSettings()
     unpin_age_cycles: int = 3
     profiles: ProfileStore | None = None
+    #: Plan ``BOUNDED_POLICIES`` on the jobs that can matter only (same decision, less work);
+    #: False: every policy sees the whole queue (the baseline ``scripts/bench_simulate`` times).
+    bounded: bool = True
 
     @classmethod
     def from_settings(cls, settings: SidecarSettings, profiles: ProfileStore | None = None) -> CycleConfig:
@@ -149,6 +203,7 @@ class CycleDecision:
     #: What each idle covered job that was pinned or left waiting this cycle is told
     #: (``CoSchedPinReason``); kept pins keep theirs.
     reasons: Mapping[JobKey, str] = field(default_factory=dict)
+    cache: PlanCache | None = field(default=None, compare=False, repr=False)
 
     @property
     def unplaced(self) -> tuple[Unplaced, ...]:
@@ -156,7 +211,7 @@ class CycleDecision:
 
     def next_memory(self, cycle: int | None = None) -> CycleMemory:
         """The memory of the next cycle, numbered ``cycle`` (default: this one plus one)."""
-        return CycleMemory(self.cycle + 1 if cycle is None else cycle, self.first_seen)
+        return CycleMemory(self.cycle + 1 if cycle is None else cycle, self.first_seen, self.cache)
 
     def to_json(self) -> dict[str, Any]:
         """The documented ``plan --json`` object: placements of this cycle (``assignments``,
@@ -257,6 +312,8 @@ def _reserve(slots: Mapping[str, Slot], pinned: Iterable[Job], all_jobs: Iterabl
     for job in pinned:
         held[job.pinned_slot] = held.get(job.pinned_slot, Resources()) + job.request  # type: ignore[index]
     for job in all_jobs:
+        if job.status is JobStatus.IDLE:  # the common case, without hashing the status
+            continue
         name = _not_yet_in_ad(job, slots)
         if name is not None:
             held[name] = held.get(name, Resources()) + job.request
@@ -283,7 +340,7 @@ def _with_device_kinds(eligible: Mapping[JobKey, frozenset[str]], jobs: Iterable
     by_kind: dict[str, set[str]] = {}
     for slot in slots:
         by_kind.setdefault(slot.device_kind or DEFAULT_KIND, set()).add(slot.name)
-    if len(by_kind) <= 1 and {j.device_kind or DEFAULT_KIND for j in jobs} <= set(by_kind):
+    if len(by_kind) <= 1 and {k or DEFAULT_KIND for k in set(map(attrgetter("device_kind"), jobs))} <= set(by_kind):
         return eligible
     narrowed = dict(eligible)
     for job in jobs:
@@ -346,19 +403,133 @@ def by_rank(plan: Plan, request: PlanRequest, ranks: Mapping[JobKey, Mapping[str
     return replace(plan, assignments=tuple(moved))
 
 
+#: Device policies whose plan depends, per demand shape, only on the shape's oldest and
+#: longest-starving jobs, as many as the free capacity could hold (``bounded_run``):
+#: ``knapsack`` (Fig. 4 takes each class's smallest-memory jobs, oldest first within a shape,
+#: never more than a device's residual holds) and ``exclusive`` (FIFO: once a job of a shape
+#: fits no empty device, no later job of that shape does). ``random`` draws over and
+#: ``global`` solves over the whole queue: they always get it all.
+BOUNDED_POLICIES = frozenset({"knapsack", "exclusive"})
+
+
+def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, cache: PlanCache) -> Plan:
+    """``run_policy`` for a policy of ``BOUNDED_POLICIES`` on a queue every job of which may use
+    every slot, and equal to it, planning only the jobs that can matter. Of each demand shape,
+    L = (most jobs of the shape the free capacity holds) + 2, plus the number of devices when
+    some job starves: the policy gets the shape's L oldest jobs and its L longest-starving
+    ones. No plan places more of a shape or looks further down it (a device's candidates of a
+    shape are at most what its residual holds), and once a starving job of a shape can neither
+    be placed nor reserve a device, no later one of its shape can (residuals only shrink).
+    Each job left out is unplaced for the reason ``finish_plan`` gives its shape (too big, or
+    why the final residuals cannot take it)."""
+    device_slots = [s for s in request.slots if s.kind is SlotKind.DEVICE]
+    caps = [free_capacity(s, settings) for s in device_slots]
+    free = [sum(column) for column in zip(*caps)] or [0] * len(Capacity._fields)
+    idle = request.idle
+    if cache.granularity_mb != settings.memory_granularity_mb and idle:
+        cache.row(idle[0], settings)  # resets the cache
+    found = list(map(cache.rows.get, map(id, idle), repeat(_NO_ROW)))
+    for i in list(compress(range(len(idle)), map(is_not, map(_record, found), idle))):
+        found[i] = cache.row(idle[i], settings)
+    rows = list(compress(found, map(_for_device, found)))
+    rows.sort(key=_fifo)
+    cache.forget_all_but(len(request.idle))
+    cycle, first_seen, limit = request.cycle, request.first_seen_cycle, settings.age_limit_cycles
+    starving: list[list] = []
+    if first_seen and cycle - min(first_seen.values()) > limit:
+        aged = [(first_seen.get(r[0].key, cycle), r[2], r) for r in rows]
+        starving = [r for seen, _, r in sorted(aged, key=itemgetter(0, 1)) if cycle - seen > limit]
+    extra = 2 + (len(device_slots) if starving else 0)
+    total = Counter(map(_shape, rows))
+    most = {need: min((f // d for f, d in zip(free, need) if d > 0), default=math.inf) + extra for need in total}
+    # Shapes with no more jobs than they can use: every job of theirs is kept (one pass in C).
+    whole = {need for need, n in total.items() if n <= most[need]}
+    whole_rows = list(compress(rows, map(whole.__contains__, map(_shape, rows)))) if whole else []
+    keep = set(map(id, whole_rows))  # id(row) of the rows the policy gets
+    first: dict[Capacity, list] = {}  # each shape's first row (oldest job)
+    for r in whole_rows:
+        first.setdefault(r[3], r)
+    for ordered, skip in ((rows, whole), (starving, ())):
+        count: dict[Capacity, int] = {}
+        full, open_shapes = 0, len(total) - len(skip)
+        for r in ordered if open_shapes else ():
+            need = r[3]
+            if need in skip:
+                continue
+            n = count.get(need, 0)
+            if n < most[need]:
+                if n == 0 and need not in first:
+                    first[need] = r
+                count[need] = n + 1
+                keep.add(id(r))
+                if n + 1 == most[need]:
+                    full += 1
+                    if full == open_shapes:
+                        break  # every shape has all the jobs it can use
+    if len(keep) == len(rows):
+        return run_policy(policy, request, settings)
+    kept_at = list(compress(range(len(rows)), map(keep.__contains__, map(id, rows))))
+    kept = [rows[i] for i in kept_at]  # in FIFO order
+    plan = policy.plan(replace(request, idle=tuple(r[0] for r in kept), eligible={}), settings)
+    said = {u.job: u.reason for u in plan.unplaced}
+    need_of = {r[0].key: r[3] for r in kept}
+    reserved = set(plan.stats.get("reserved_devices", ()))
+    open_caps = {s.name: list(c) for s, c in zip(device_slots, caps) if s.name not in reserved}
+    for a in plan.assignments:
+        if a.slot in open_caps:
+            open_caps[a.slot] = [c - n for c, n in zip(open_caps[a.slot], need_of[a.job])]
+    residual = np.array(list(open_caps.values()), dtype=np.int64).reshape(-1, len(Capacity._fields))
+    hardware = np.array([s.total.device_threads for s in device_slots if s.name in open_caps], dtype=np.int64)
+    shape_reason: dict[Capacity, str] = {}
+    too_big: set[Capacity] = set()
+    totals = tuple(s.total for s in device_slots)
+    if totals != cache.totals:  # the same records cycle after cycle: compared by identity
+        cache.totals, cache.too_big = totals, {}
+    for need, r in first.items():
+        if need not in shape_reason:
+            memo = (need, r[0].request.device_memory_mb)
+            if memo not in cache.too_big:
+                bad = split_too_big([r[0]], device_slots, settings)[1]
+                cache.too_big[memo] = bad[0].reason if bad else None
+            if cache.too_big[memo] is not None:
+                too_big.add(need)
+            shape_reason[need] = cache.too_big[memo] or not_fitted_reason(need, residual, hardware)
+    placed = set(map(_job_of, plan.assignments))
+    # Each row's reason (None: placed): its shape's, or what the plan said of a job it got.
+    want: list[str | None] = list(map(shape_reason.__getitem__, map(_shape, rows)))
+    for i, r in zip(kept_at, kept):
+        key = r[0].key
+        want[i] = None if key in placed else said[key]
+    for i in list(compress(range(len(rows)), map(ne, map(_reason_of, map(_last_unplaced, rows)), want))):
+        if want[i] is not None:
+            rows[i][4] = Unplaced(rows[i][0].key, want[i])
+    units, present = list(map(_last_unplaced, rows)), list(map(is_not, want, repeat(None)))
+    if too_big:
+        is_big = list(map(too_big.__contains__, map(_shape, rows)))
+        unplaced = (tuple(compress(units, map(and_, is_big, present)))
+                    + tuple(compress(units, map(and_, map(not_, is_big), present))))
+    else:
+        unplaced = tuple(compress(units, present))
+    return replace(plan, unplaced=unplaced, stats={**plan.stats, "jobs_considered": len(rows), "unplaced": len(unplaced)})
+
+
 #: Most turns a cycle gives a policy when several submitters wait (each turn is one policy run).
 MAX_TURNS = 4
 
 
 def plan_in_turns(policy: Policy, request: PlanRequest, settings: PlanSettings,
-                  is_aged: Callable[[Job], bool]) -> Plan:
+                  is_aged: Callable[[Job], bool], cache: PlanCache | None = None) -> Plan:
     """``run_policy`` on ``request.idle`` in fair-share order (``fairshare``): with one
     submitter, one run over every job; with several, turns as the negotiator's pie spins:
     each turn offers the fair-order prefix that fits what is still free (plus every aged job)
     and the next turn goes on with the rest, until a turn places nothing or ``MAX_TURNS``. So
-    the packing chooses within a submitter's fair slice, never across the whole queue."""
+    the packing chooses within a submitter's fair slice, never across the whole queue.
+    With ``cache``, a policy of ``BOUNDED_POLICIES`` on a one-submitter queue without
+    eligibility limits runs through :func:`bounded_run` (the same plan, less work)."""
     ordered = list(request.idle)
-    if len({j.submitter for j in ordered}) <= 1:
+    if len(set(map(_submitter, ordered))) <= 1:
+        if cache is not None and policy.name in BOUNDED_POLICIES and not request.eligible:
+            return bounded_run(policy, request, settings, cache)
         return run_policy(policy, request, settings)
     free = {s.name: s for s in request.slots}
     by_key = {j.key: j for j in ordered}
@@ -385,7 +556,7 @@ def running_jobs(state: PoolState) -> tuple[RunningJob, ...]:
     """The jobs holding a dynamic slot, with their partitionable slot, node and measurements."""
     slots = {s.name: s for s in state.slots}
     out = []
-    for job in state.jobs:
+    for job in _where(state.jobs, _status, is_not, JobStatus.IDLE):
         if job.status not in HOLDS_A_SLOT:
             continue
         slot = partitionable_slot_of(job.remote_slot) if job.remote_slot else job.pinned_slot
@@ -398,15 +569,45 @@ def running_jobs(state: PoolState) -> tuple[RunningJob, ...]:
     return tuple(out)
 
 
+#: A job's key, the cycle's order of jobs (a tuple: compared without calling Python code).
+_key_order = attrgetter("key")
+
+
+class _Waiting(dict):
+    """``waiting_reason`` of each reason string, each built once."""
+
+    def __missing__(self, reason: str) -> str:
+        self[reason] = out = f"waiting: {reason}"
+        return out
+
+
+def _where(jobs: Sequence[Job], attr: Callable[[Job], Any], test: Callable[[Any, Any], bool], value: Any) -> list[Job]:
+    """The jobs whose ``attr`` passes ``test(attr, value)``, in order (one pass in C)."""
+    return list(compress(jobs, map(test, map(attr, jobs), repeat(value))))
+
+
+def _covered_idle(jobs: Sequence[Job]) -> list[Job]:
+    """``covered`` jobs of ``jobs`` (idle, and a device job or a spread one), in key order."""
+    out = [j for j in _where(jobs, _status, is_, JobStatus.IDLE) if j.request.device_memory_mb > 0 or j.spread]
+    out.sort(key=_key_order)
+    return out
+
+
 def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> CycleDecision:
     """What one cycle does (module docstring), from ``state`` and ``memory`` alone."""
     state = consistent_state(state)
     cycle = memory.cycle
+    cache = (memory.cache or PlanCache()) if config.bounded else None
     slots = {s.name: s for s in state.slots}
-    jobs = sorted((j for j in state.jobs if covered(j)), key=lambda j: j.key)  # the same order from every source
-    first_seen = {j.key: memory.first_seen.get(j.key, cycle) for j in jobs}
+    jobs = _covered_idle(state.jobs)  # the same order from every source
+    keys = list(map(_key_order, jobs))
+    first_seen = dict(zip(keys, map(memory.first_seen.get, keys, repeat(cycle))))
     unpins, kept, to_plan, refused = [], [], [], {}
-    for job in jobs:
+    pinned = set(map(id, _where(jobs, _pinned_slot, is_not, None) + _where(jobs, _pinned_cycle, is_not, None)))
+    for job in jobs if pinned else ():
+        if id(job) not in pinned:
+            to_plan.append(job)
+            continue
         if job.pinned_slot is not None:
             reason = _stale_reason(job, slots, cycle, config.unpin_age_cycles)
             if reason is None:
@@ -415,11 +616,15 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
             unpins.append(Unpin(job.key, reason))
             if job.start_refused is not None:
                 refused[job.key] = job.pinned_slot
-        to_plan.append(replace(job, pinned_slot=None, pinned_cycle=None))
+        to_plan.append(job if job.pinned_slot is None and job.pinned_cycle is None
+                       else replace(job, pinned_slot=None, pinned_cycle=None))
+    if not pinned:
+        to_plan = list(jobs)
     kept, crowded = _pins_within_totals(kept, slots, config.plan)
     unpins += crowded
     crowded_keys = {u.job for u in crowded}
-    to_plan += [replace(job, pinned_slot=None, pinned_cycle=None) for job in jobs if job.key in crowded_keys]
+    if crowded_keys:
+        to_plan += [replace(job, pinned_slot=None, pinned_cycle=None) for job in jobs if job.key in crowded_keys]
     # A pinned job whose ad went bad cannot be planned: take its pin away so it is never
     # left pinned to a slot that cannot run it (it stays untouched otherwise); an idle one
     # is held with the attribute named, or it would wait for ever.
@@ -428,8 +633,10 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
     holds = tuple(Hold(s.job, _hold_reason(s)) for s in state.skipped if s.job is not None and s.idle)
     if config.spread_policy is None:
         to_plan = [j for j in to_plan if j.uses_device]
-    enrolls = [Enroll(j.key, j.attributes.get("Requirements")) for j in to_plan if not j.has_pin_clause]
-    free = [s for s in _reserve(slots, kept, state.jobs) if s.unavailable is None]
+    enrolls = [Enroll(j.key, j.attributes.get("Requirements"))
+               for j in compress(to_plan, map(not_, map(_has_pin_clause, to_plan)))]
+    busy = _where(state.jobs, _status, is_not, JobStatus.IDLE)
+    free = [s for s in _reserve(slots, kept, busy) if s.unavailable is None]
     running = running_jobs(state)
     eligible = _without_refused_slot(state.eligible, refused, free)
 
@@ -438,27 +645,41 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
 
     def offered(jobs: Iterable[Job], kind: SlotKind) -> tuple[tuple[Job, ...], tuple[Slot, ...]]:
         """The jobs of one kind in fair-share order, and the slots their policy may use."""
-        ordered = fair_order(list(jobs), running, [s for s in state.slots if s.kind is kind], state.user_priorities)
+        jobs = list(jobs)
+        if len(set(map(_submitter, jobs))) <= 1 and len(set(map(_job_prio, jobs))) <= 1:
+            # One submitter, one JobPrio: fair order is key order (each job's virtual finish
+            # only grows along it, ties go by key).
+            ordered = sorted(jobs, key=_key_order)
+        else:
+            ordered = fair_order(jobs, running, [s for s in state.slots if s.kind is kind], state.user_priorities)
         return tuple(ordered), tuple(s for s in free if s.kind is kind)
 
-    device_jobs, device_slots = offered((j for j in to_plan if j.uses_device), SlotKind.DEVICE)
+    device_jobs, device_slots = offered([j for j in to_plan if j.request.device_memory_mb > 0], SlotKind.DEVICE)
     request = PlanRequest(
         idle=device_jobs, slots=device_slots, running=running,
         eligible=_with_device_kinds(eligible, device_jobs, device_slots), nodes=state.nodes, cycle=cycle,
         first_seen_cycle=first_seen, profiles=config.profiles, exploration_scales=state.exploration_scales)
-    plans = [by_rank(plan_in_turns(config.device_policy, request, config.plan, is_aged), request, state.ranks)]
+    plans = [by_rank(plan_in_turns(config.device_policy, request, config.plan, is_aged, cache), request, state.ranks)]
     if config.spread_policy is not None:
-        spread_jobs, socket_slots = offered((j for j in to_plan if j.wants_spread), SlotKind.SOCKET)
+        spread_jobs, socket_slots = offered([j for j in compress(to_plan, map(_spread, to_plan))
+                                             if j.request.device_memory_mb <= 0], SlotKind.SOCKET)
         plans.append(plan_in_turns(config.spread_policy, replace(request, idle=spread_jobs, slots=socket_slots,
                                                                  eligible=eligible), config.plan, is_aged))
     pins = tuple(_pin_of(a) for p in plans for a in p.assignments)
-    planned = {p.job for p in pins} | {u.job for p in plans for u in p.unplaced}
-    left_out = [Unplaced(j.key, "not offered this cycle: jobs ahead of it in fair-share order take the room")
-                for j in to_plan if j.key not in planned]
-    reasons = {**{u.job: waiting_reason(u) for p in plans for u in p.unplaced},
-               **{u.job: waiting_reason(u) for u in left_out}, **{p.job: pin_reason(p, cycle) for p in pins}}
+    planned = set(map(_job_of, pins))
+    for p in plans:
+        planned.update(map(_job_of, p.unplaced))
+    left_out = [] if len(planned) == len(to_plan) else [
+        Unplaced(j.key, "not offered this cycle: jobs ahead of it in fair-share order take the room")
+        for j in to_plan if j.key not in planned]
+    waiting = _Waiting()
+    reasons: dict[JobKey, str] = {}
+    for unplaced in [*(p.unplaced for p in plans), left_out]:
+        reasons.update(zip(map(_job_of, unplaced), map(waiting.__getitem__, map(_reason_of, unplaced))))
+    reasons.update((p.job, pin_reason(p, cycle)) for p in pins)
     for u in unpins:  # a refused start stays in the user's view until the job is pinned again
         if u.job in refused and u.job in reasons:
             reasons[u.job] = f"{u.reason}; now {reasons[u.job]}"
     return CycleDecision(cycle, len(jobs), tuple(Assignment(j.key, j.pinned_slot) for j in kept),  # type: ignore[arg-type]
-                         tuple(unpins), tuple(enrolls), pins, tuple(plans), state.skipped, first_seen, holds, reasons)
+                         tuple(unpins), tuple(enrolls), pins, tuple(plans), state.skipped, first_seen, holds, reasons,
+                         cache)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 #: Prefix of every job attribute the sidecar owns (and the only ones it writes besides
 #: Requirements).
@@ -82,13 +82,18 @@ class Resources:
         return Resources(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class JobKey:
-    """A job's identity: ids repeat across schedds, so the schedd is part of it."""
-
+class _JobKeyFields(NamedTuple):
     schedd: str
     cluster: int
     proc: int
+
+
+class JobKey(_JobKeyFields):
+    """A job's identity: ids repeat across schedds, so the schedd is part of it. A named
+    tuple (immutable, ordered by schedd, cluster, proc): every cycle hashes and compares
+    keys millions of times, and a tuple does both without running Python code."""
+
+    __slots__ = ()
 
     @property
     def job_id(self) -> str:

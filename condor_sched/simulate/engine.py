@@ -30,6 +30,12 @@ no pin waiting) are not decided again: a deterministic policy would return the s
 The exception is aging (``PlanSettings.age_limit_cycles`` over the first-seen cycles of the
 cycle memory): a cycle at which some idle job turns starving is decided again.
 
+The pool state is built from structures kept up to date as events happen, never from a
+pass over every job: the idle procs with their pins in arrival order (``idle_procs``), the
+running procs and slots (rebuilt only after a start or an end), and the idle jobs by the
+cycle they were first seen (the starving check looks at one cycle's jobs). The engine hands
+the cycle memory's ``PlanCache`` from decision to decision, as the sidecar does.
+
 Cycle numbers are negotiation ticks (time / ``cycle_s``), so ages count simulated cycles
 even where the engine skips unchanged ones.
 
@@ -49,7 +55,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from condor_sched.cycle import CycleConfig, CycleDecision, CycleMemory, decide_cycle
+from condor_sched.cycle import CycleConfig, CycleDecision, CycleMemory, PlanCache, decide_cycle
 from condor_sched.inventory import Device, Inventory, Node, Socket, node_slots
 from condor_sched.model import Job, JobKey, JobStatus, PoolState, Resources, Slot, SlotKind, partitionable_slot_of
 from condor_sched.policies.base import PlanSettings, Policy, PolicyKind, assigned_request, get_policy
@@ -217,14 +223,14 @@ class Simulation:
                  seed: int = 0, cycle_s: float = DEFAULT_CYCLE_S, model: RuntimeModel | None = None,
                  settings: PlanSettings | None = None, profiles: ProfileStore | None = None,
                  unpin_age_cycles: int = 3, record: bool = False,
-                 progress: Callable[[int], None] | None = None) -> None:
+                 progress: Callable[[int], None] | None = None, bounded: bool = True) -> None:
         if not MIN_CYCLE_S <= cycle_s <= MAX_CYCLE_S:
             raise ValueError(f"the cycle interval must be {MIN_CYCLE_S} to {MAX_CYCLE_S:g} s, got {cycle_s!r}")
         self.policy = policy
         self.cycle_s = cycle_s
         self.seed = seed
         self.base_settings = replace(settings or PlanSettings(), seed=seed, deterministic=True)
-        self.config = _config_for(policy, self.base_settings, profiles, unpin_age_cycles)
+        self.config = replace(_config_for(policy, self.base_settings, profiles, unpin_age_cycles), bounded=bounded)
         self.progress = progress
         self.nodes = len(inventory.nodes)
         model = model or OffloadModel()
@@ -254,6 +260,8 @@ class Simulation:
             self.pool = model.pool([s.slot for s in self.sockets.values()],
                                    max(n.cores for n in inventory.nodes), self, record)
         self._heap: list = []
+        #: The running procs and the slots as the cycle sees them, until a start or an end.
+        self._running_pool: tuple[tuple[Job, ...], tuple[Slot, ...]] | None = None
         self._started = False
         self._seq = itertools.count()
         self.now = 0.0
@@ -265,12 +273,21 @@ class Simulation:
         self.dirty = True
         #: The cycle each idle job was first seen (the cycle memory's first-seen map).
         self.first_seen_cycle: Mapping[JobKey, int] = {}
+        #: What earlier cycles derived from the jobs (``CycleMemory.cache``).
+        self._cache: PlanCache | None = None
         #: Idle procs' pins: slot, cycle of the pin and what the proc's dynamic slot will take.
         self.pins: dict[JobKey, tuple[str, int, Resources]] = {}
         #: Each arrived job's proc records (idle), per job index.
         self.proc_records: dict[int, tuple[Job, ...]] = {}
         #: Running jobs' records as the cycle sees them, per job index.
         self.running_records: dict[int, tuple[Job, ...]] = {}
+        #: The idle procs as the cycle sees them (with their pins), oldest job first: arrivals
+        #: come in (arrival, index) order, so insertion order is the order of the pool state.
+        self.idle_procs: dict[JobKey, Job] = {}
+        #: Jobs that arrived since the last decided cycle, and the idle jobs by the cycle
+        #: they were first seen (the starving check looks at one bucket, not every idle job).
+        self._unseen: list[int] = []
+        self._seen_at: dict[int, list[int]] = {}
         self.cycles = 0
         self.plans = 0
         self.memory_oversubscriptions = 0
@@ -304,6 +321,7 @@ class Simulation:
             device.used = device.used - job.request
             del device.resident[job.index]
         del self.running_records[job.index]
+        self._running_pool = None
         self.running -= 1
         self.finished += 1
         self.dirty = True
@@ -315,29 +333,28 @@ class Simulation:
     def _arrive(self, job: SimJob, now: float) -> None:
         self.future_arrivals -= 1
         self.idle[job.index] = job
-        self.proc_records[job.index] = job.to_jobs()
+        self.proc_records[job.index] = procs = job.to_jobs()
+        for proc in procs:
+            self.idle_procs[proc.key] = proc
+        self._unseen.append(job.index)
         self.dirty = True
 
     def pool_state(self) -> PoolState:
         """The pool as the cycle sees it: idle procs (oldest first) with their pins, running
         jobs on their dynamic slots, and slots with their free amounts and children."""
-        idle = []
-        for sim_job in sorted(self.idle.values(), key=lambda j: (j.arrival_s, j.index)):
-            for job in self.proc_records[sim_job.index]:
-                pin = self.pins.get(job.key)
-                if pin is not None:
-                    job = replace(job, pinned_slot=pin[0], pinned_cycle=pin[1], request=pin[2])
-                idle.append(job)
-        running = [job for jobs in self.running_records.values() for job in jobs]
-        children: dict[str, list[str]] = {}
-        for job in running:
-            children.setdefault(partitionable_slot_of(job.remote_slot), []).append(job.remote_slot)  # type: ignore[arg-type]
-        slots = []
-        for name, slot in self.slots.items():
-            state = self.devices.get(name) or self.sockets.get(name)
-            slots.append(replace(slot, free=state.free if state else slot.free,
-                                 children=tuple(children.get(name, ()))))
-        return PoolState(tuple(idle + running), tuple(slots))
+        if self._running_pool is None:
+            running = tuple(job for jobs in self.running_records.values() for job in jobs)
+            children: dict[str, list[str]] = {}
+            for job in running:
+                children.setdefault(partitionable_slot_of(job.remote_slot), []).append(job.remote_slot)  # type: ignore[arg-type]
+            slots = []
+            for name, slot in self.slots.items():
+                state = self.devices.get(name) or self.sockets.get(name)
+                slots.append(replace(slot, free=state.free if state else slot.free,
+                                     children=tuple(children.get(name, ()))))
+            self._running_pool = running, tuple(slots)
+        running, slots = self._running_pool
+        return PoolState(tuple(self.idle_procs.values()) + running, slots)
 
     def _cycle(self, tick: int, now: float) -> None:
         self.cycles += 1
@@ -366,8 +383,22 @@ class Simulation:
         return min(self.first_seen_cycle.get(k, tick) for k in job.proc_keys())
 
     def _someone_turns_starving(self, tick: int) -> bool:
-        limit = self.base_settings.age_limit_cycles
-        return any(tick - self._first_seen(j, tick) == limit + 1 for j in self.idle.values())
+        """Some idle job was first seen ``age_limit_cycles + 1`` cycles ago (one bucket)."""
+        bucket = self._seen_at.get(tick - self.base_settings.age_limit_cycles - 1, ())
+        return any(index in self.idle for index in bucket)
+
+    def _note_first_seen(self, tick: int) -> None:
+        """File the jobs the last decision saw for the first time under their first-seen cycle."""
+        unseen = []
+        for index in self._unseen:
+            job = self.idle.get(index)
+            if job is None:
+                continue
+            if not any(k in self.first_seen_cycle for k in job.proc_keys()):
+                unseen.append(index)
+                continue
+            self._seen_at.setdefault(self._first_seen(job, tick), []).append(index)
+        self._unseen = unseen
 
     def _check_stall(self, tick: int) -> None:
         """Raise :meth:`_unplaceable` once an empty pool with idle jobs and no arrivals has
@@ -407,21 +438,35 @@ class Simulation:
         """One cycle: decide on the pool state, write unpins and pins, then start what is
         pinned and fits (the simulated negotiator and startd)."""
         self.plans += 1
-        decision = self.decide(CycleMemory(tick, self.first_seen_cycle))
+        decision = self.decide(CycleMemory(tick, self.first_seen_cycle, self._cache))
         self.first_seen_cycle = decision.first_seen
+        self._cache = decision.cache
         self.reasons = decision.reasons
         self.pins_kept += len(decision.kept)
         self.unpins += len(decision.unpins)
         for unpin in decision.unpins:
-            self.pins.pop(unpin.job, None)
+            self._unpin(unpin.job)
         for plan in decision.plans:
             for a in plan.assignments:
                 job = self.by_key.get(a.job)
                 if job is None or job.index not in self.idle or a.slot not in self.slots:
                     self.invalid_assignments += 1
                     continue
-                self.pins[a.job] = (a.slot, tick, assigned_request(self._proc(job, a.job), a))
+                proc = self._proc(job, a.job)
+                self.pins[a.job] = pin = (a.slot, tick, assigned_request(proc, a))
+                self.idle_procs[a.job] = replace(proc, pinned_slot=pin[0], pinned_cycle=pin[1], request=pin[2])
         self.dirty = self._start_pinned(now)
+        self._note_first_seen(tick)
+
+    def _unpin(self, key: JobKey) -> None:
+        """Clear an idle proc's pin (if any): the cycle sees its own record again."""
+        if self.pins.pop(key, None) is not None and key in self.idle_procs:
+            self.idle_procs[key] = self._proc(self.by_key[key], key)
+
+    def _leave_idle(self, job: SimJob) -> None:
+        del self.idle[job.index]
+        for key in job.proc_keys():
+            del self.idle_procs[key]
 
     def _proc(self, job: SimJob, key: JobKey) -> Job:
         return self.proc_records[job.index][key.proc if job.is_parallel else 0]
@@ -441,7 +486,7 @@ class Simulation:
             device = self.devices.get(slot)
             if device is None:
                 self.invalid_assignments += 1
-                del self.pins[key]
+                self._unpin(key)
                 continue
             free = device.free
             if job.device_memory_mb > free.device_memory_mb:
@@ -460,7 +505,7 @@ class Simulation:
         if sorted(key for key, _, _ in pins) != list(job.proc_keys()) or any(s not in self.sockets for _, s, _ in pins):
             self.invalid_assignments += len(pins)
             for key, _, _ in pins:
-                del self.pins[key]
+                self._unpin(key)
             return False
         free = {name: s.free for name, s in self.sockets.items()}
         for _, slot, request in pins:
@@ -470,7 +515,7 @@ class Simulation:
                 self.refused_starts += 1
                 return False
             free[slot] = left
-        del self.idle[job.index]
+        self._leave_idle(job)
         shares: dict[str, list[int]] = {}
         for key, slot, request in pins:
             del self.pins[key]
@@ -483,6 +528,7 @@ class Simulation:
         rec.start_s, rec.allocations, rec.nodes = now, tuple((slot, request) for _, slot, request in pins), nodes
         self.running_records[job.index] = tuple(
             self._running_record(key, slot, request, now) for key, slot, request in pins)
+        self._running_pool = None
         self.running += 1
         rec.scale, rec.exclusive_at_scale_s = self.pool.admit(
             job, [SocketShare(s, p, w) for s, (p, w) in sorted(shares.items())], nodes, now)
@@ -496,7 +542,7 @@ class Simulation:
                        remote_slot=f"{head}_{key.cluster}_{key.proc}{at}{rest}", started_at_s=int(now))
 
     def _start(self, job: SimJob, device: DeviceState, slot: str, now: float) -> None:
-        del self.idle[job.index]
+        self._leave_idle(job)
         rec = self.records[job.index]
         rec.start_s, rec.slot = now, slot
         device.account(now)
@@ -504,6 +550,7 @@ class Simulation:
         device.resident[job.index] = job
         self.running += 1
         self.running_records[job.index] = (self._running_record(job.key, slot, job.request, now),)
+        self._running_pool = None
         device.runtime.admit(job, now)
 
     def advance(self, until_s: float = math.inf) -> None:
