@@ -23,7 +23,7 @@ import os
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Hashable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping
 
 import classad2
 from cosched_node import rules
@@ -706,29 +706,28 @@ def _accepting(requirements: str, values: Iterable[tuple[str, str]],
             # the job (classad2's symmetricMatch): each side evaluated once per class of
             # what that side reads, START once per value of the job attributes it reads.
             groups = classes.partition(probe, signature, with_start=False)
-            accepted = []
-            for members in groups:
-                name, target = targets[members[0]]
-                probe[PIN_SLOT_ATTR] = name
-                try:
-                    if target.matches(probe):
-                        accepted.append(members)
-                except Exception:  # a hostile expression matches nothing, as in HTCondor
-                    pass
+            accepted = _classes_accepting(groups, targets, probe, lambda target: target.matches(probe))
             return classes.names(groups, accepted) & started
         groups = classes.partition(probe, signature)
+    accepted = _classes_accepting(groups, targets, probe, lambda target: target.symmetricMatch(probe))
+    if classes is not None:
+        return classes.names(groups, accepted)
+    return frozenset(targets[i][0] for members in accepted for i in members)
+
+
+def _classes_accepting(groups: list[list[int]], targets: list[tuple[str, classad2.ClassAd]],
+                       probe: classad2.ClassAd, match: Callable[[classad2.ClassAd], bool]) -> list[list[int]]:
+    """The classes of ``groups`` whose first member ``match``es ``probe`` pinned to it."""
     accepted = []
     for members in groups:
         name, target = targets[members[0]]
         probe[PIN_SLOT_ATTR] = name
         try:
-            if target.symmetricMatch(probe):
+            if match(target):
                 accepted.append(members)
         except Exception:  # a hostile expression matches nothing, as in HTCondor
             pass
-    if classes is not None:
-        return classes.names(groups, accepted)
-    return frozenset(targets[i][0] for members in accepted for i in members)
+    return accepted
 
 
 #: A ClassAd literal as classad2 prints it (a value that reads no attribute).
@@ -801,15 +800,7 @@ class _SlotClasses:
                 for i in range(len(self.targets)):
                     classes.setdefault(("own", i) if self.start[i] is None else self.start[i], []).append(i)
                 self._start_groups = list(classes.values())
-            accepted = []
-            for members in self._start_groups:
-                name, target = self.targets[members[0]]
-                probe[PIN_SLOT_ATTR] = name
-                try:
-                    if probe.matches(target):
-                        accepted.append(members)
-                except Exception:  # a hostile expression matches nothing, as in HTCondor
-                    pass
+            accepted = _classes_accepting(self._start_groups, self.targets, probe, probe.matches)
             self._start_memo[key] = self.names(self._start_groups, accepted)
         return self._start_memo[key]
 
