@@ -13,6 +13,7 @@ import pytest
 from test_device_cosched import start_sidecar, stop
 
 from condor_sched.classads import has_pin_clause
+from condor_sched.localpool import chroot
 from condor_sched.localpool.jobs import table1_submit
 from condor_sched.model import PIN_CLAUSE
 
@@ -98,6 +99,11 @@ def test_two_hundred_idle_jobs_of_two_users_every_pin_starts_and_shares_are_fair
     """200 idle device jobs (100 alice, 100 bob, the same Table I mix) and 4 that cannot
     match: each pinned job starts within 2 negotiation cycles of its (last) pin, no planned
     job is held, and over 20 sidecar cycles each user's starts are within 25% of half."""
+    # Equal shares need equal priorities: earlier tests ran alice's jobs, and the negotiator
+    # remembers that usage (HTCondor's fair share would then favour bob, as it should).
+    for user in (pool.info.user, pool.settings.second_user):
+        for args in (["-resetusage", f"{user}@{pool.domain}"], ["-setprio", f"{user}@{pool.domain}", "0.5"]):
+            chroot.in_chroot(pool.info.root, ["condor_userprio", *args], timeout_s=30)
     clusters = []
     for user, seed in ((pool.info.user, 3), (pool.settings.second_user, 3)):
         description, items = table1_submit(100, seed, str(pool.job_dir(user)), time_scale=3.0)
