@@ -14,6 +14,7 @@ from condor_sched.options import (
     THREAD_OVERCOMMIT, BoundedFloat, bounded_int,
 )
 from condor_sched.classads import SnapshotError
+from condor_sched.gc_pause import gc_paused
 from condor_sched.policies.base import PolicyError, PolicyKind, get_policy, policy_names
 from condor_sched.resources import default_snapshot_dir
 from condor_sched.settings import SettingsError
@@ -120,11 +121,12 @@ def plan(queue: Path, machines: Path, policy: str, spread_policy: str, granulari
     spread = None if spread_policy == "none" else get_policy(spread_policy)
     config = CycleConfig(get_policy("knapsack"), spread, settings, unpin_age_cycles,
                          _profiles(profiles_dir)).with_policy(policy)
-    decision = decide_cycle(state, CycleMemory.fresh(state), config)
-    if as_json:
-        click.echo(json.dumps(decision.to_json(), indent=2, sort_keys=True))
-    else:
-        click.echo(report.decision_text(state, decision))
+    with gc_paused():
+        decision = decide_cycle(state, CycleMemory.fresh(state), config)
+        if as_json:
+            click.echo(json.dumps(decision.to_json(), indent=2, sort_keys=True))
+        else:
+            click.echo(report.decision_text(state, decision))
 
 
 @main.command()

@@ -244,3 +244,46 @@ def test_live_ads_read_as_json_views_give_the_records_of_the_classads(tmp_path):
     (read,) = [j for j in live.jobs if j.key.cluster == 99]
     assert read.slowdown_threshold == 0.1 + 0.2 and read.owner == "/Expr(x)/"
     assert all(isinstance(ad, classads._PlainAd) for ad in classads.plain_ads(jobs))
+
+
+def test_job_records_made_once_per_values_are_the_records_of_each_ad(tmp_path, monkeypatch):
+    """Jobs of a cluster share one record made once and copied with their ids; values equal to
+    Python but not to a ClassAd (1, 1.0, true), an expression among them, a null, an absent
+    attribute and odd ids each keep a record of their own."""
+    base = mixed_queue(1, 7)[0]
+    variants = [{}, {"RequestCpus": 1.0}, {"RequestCpus": True}, {"RequestCpus": expr("1 + 1")},
+                {"RequestLLCWays": None}, {"CoSchedPinSlot": "slot2@node1.cosched.test"}, {"ProcId": 1.0},
+                {"ClusterId": -1}, {"ProcId": True}, {"JobStatus": 2, "RemoteHost": "slot1@node0.cosched.test"},
+                {"QDate": "yesterday"}, {"JobPrio": 7}, {"CoSchedPinSlot": "slot2@node1.cosched.test",
+                                                        "VacateReasonCode": 1007, "VacateReason": "no room"}]
+    ads = []
+    for cluster, variant in enumerate(variants, start=100):
+        for proc in range(4):
+            ad = dict(base, ClusterId=cluster, ProcId=proc, GlobalJobId=f"schedA#{cluster}.{proc}#1", QDate=1700000000 + proc,
+                      JobPrio=proc % 2, EnteredCurrentStatus=1700000100 + proc * 100, CoSchedPinTime=1700000250)
+            ad.update(variant)
+            ads.append(ad)
+    q, m = write(tmp_path / "q.json", ads), write(tmp_path / "m.json", machines(2))
+    old, new = reference_state(q, m, monkeypatch), load_snapshot(q, m)
+    assert new.jobs == old.jobs and new.skipped == old.skipped and new.eligible == old.eligible
+    assert len(new.jobs) >= 24 and len(new.skipped) >= 12
+    assert {j.request.cpus for j in new.jobs} == {1, 2}
+    assert {j.start_refused for j in new.jobs} == {None, "no room"} and {j.job_prio for j in new.jobs} == {0, 1, 7}
+
+
+def test_job_records_read_only_the_attributes_their_cache_key_holds(monkeypatch):
+    """``_job_record`` keys a record on ``_RECORD_READS``: ``job_from_ad`` must read nothing else."""
+    read: set[str] = set()
+    plain, contains = classads._PlainAd._plain, classads._PlainAd.__contains__
+    monkeypatch.setattr(classads._PlainAd, "_plain", lambda self, attr: read.add(attr.lower()) or plain(self, attr))
+    monkeypatch.setattr(classads._PlainAd, "__contains__",
+                        lambda self, attr: read.add(attr.lower()) or contains(self, attr))
+    ads = mixed_queue(200, 8) + [dict(mixed_queue(1, 9)[0], JobStatus=1, VacateReasonCode=1007, VacateReason="no",
+                                      CoSchedPinSlot="slot2@node1.cosched.test", LastVacateTime=5, CoSchedPinTime=4)]
+    for obj in ads:
+        try:
+            classads.job_from_ad(classads._PlainAd(obj), "schedA")
+        except classads.AdError:
+            pass
+    assert "vacatereason" in read and "requestphimemory" in read
+    assert read <= {a.lower() for a in classads._RECORD_READS + classads._RECORD_PER_JOB_READS} | {"clusterid", "procid"}
