@@ -4,6 +4,7 @@ attribute at a time, and refuse exactly what the whole-file reader refuses."""
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -287,3 +288,74 @@ def test_job_records_read_only_the_attributes_their_cache_key_holds(monkeypatch)
             pass
     assert "vacatereason" in read and "requestphimemory" in read
     assert read <= {a.lower() for a in classads._RECORD_READS + classads._RECORD_PER_JOB_READS} | {"clusterid", "procid"}
+
+
+def _split_always(monkeypatch) -> list[str]:
+    """Read every queue file in two processes; returns the list of how each read ended."""
+    ends: list[str] = []
+    monkeypatch.setattr(classads, "SPLIT_READ_BYTES", 1)
+    reader = classads._split_reader
+
+    def counted(path):
+        read = reader(path)
+        if read is None:
+            ends.append("not split")
+            return None
+
+        def counting(start_refs):
+            try:
+                yield from read(start_refs)
+            except classads._SplitFailed:
+                ends.append("failed")
+                raise
+            ends.append("split")
+        return counting
+
+    monkeypatch.setattr(classads, "_split_reader", counted)
+    return ends
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_queue_read_in_two_processes_reads_the_same(tmp_path, monkeypatch, seed):
+    q, m = write(tmp_path / "q.json", mixed_queue(150, seed)), write(tmp_path / "m.json", machines(3))
+    whole = load_snapshot(q, m)
+    ends = _split_always(monkeypatch)
+    assert load_snapshot(q, m) == whole and ends == ["split"]
+
+
+def test_a_cut_that_is_not_between_two_ads_is_read_as_one_stream(tmp_path, monkeypatch):
+    """Strings holding ``}, {"`` and lists of nested ads near the middle: the first half does not
+    parse as a list (or the other process fails), and the file is read whole, the same."""
+    ads = mixed_queue(40, 3)
+    for i, ad in enumerate(ads):
+        ad["Note"] = 'a}, {"' * 3 if i % 2 else [{"x": 1}, {"y": 2}]
+    q, m = write(tmp_path / "q.json", ads), write(tmp_path / "m.json", machines(2))
+    whole = load_snapshot(q, m)
+    ends = _split_always(monkeypatch)
+    assert load_snapshot(q, m) == whole and ends == ["failed"]
+
+
+def test_a_reader_process_that_dies_leaves_the_file_to_one_stream(tmp_path, monkeypatch):
+    q, m = write(tmp_path / "q.json", mixed_queue(60, 4)), write(tmp_path / "m.json", machines(2))
+    whole = load_snapshot(q, m)
+    ends = _split_always(monkeypatch)
+    monkeypatch.setattr(classads, "_read_half", lambda *args: os._exit(3))
+    assert load_snapshot(q, m) == whole and ends == ["failed"]
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_a_bad_file_read_in_two_processes_fails_as_the_whole_file_reader_says(tmp_path, monkeypatch, case):
+    ads = mixed_queue(20, 6)
+    good = write(tmp_path / "good.json", ads[:10] + [dict(ad, ClusterId=ad["ClusterId"] + 100) for ad in ads])
+    bad = tmp_path / "q.json"
+    text = good.read_text(encoding="utf-8")
+    half = len(text) // 2 + text[len(text) // 2:].index('"ClusterId"')  # the fault in the second half
+    bad.write_bytes((text[:half] + BAD_FILES[case](text[half:])).encode("utf-8", "surrogateescape")
+                    if case not in {"a BOM", "an item that is not an object"} else
+                    BAD_FILES[case](text).encode("utf-8", "surrogateescape"))
+    with pytest.raises(SnapshotError) as whole:
+        read_ads(bad)
+    _split_always(monkeypatch)
+    with pytest.raises(SnapshotError) as split:
+        load_snapshot(bad, write(tmp_path / "m.json", machines(1)))
+    assert str(split.value) == str(whole.value)
