@@ -628,9 +628,12 @@ def _rank_key(ad: classad2.ClassAd | _PlainAd) -> tuple | None:
         return None
     full = _classad_of(ad)
     rank = full.lookup("Rank")
-    if not full.externalRefs(rank) and not full.internalRefs(rank):
-        return None  # a constant prefers no slot
-    refs = sorted(r for r in _own_references(full, rank) if r in full and r.lower() != "rank")
+    try:
+        if not full.externalRefs(rank) and not full.internalRefs(rank):
+            return None  # a constant prefers no slot
+    except ValueError:  # it reads itself round: an error, as HTCondor evaluates it, ranks every slot 0
+        return None
+    refs = sorted(r for r in _own_references_of(ad, "Rank") if r in full and r.lower() != "rank")
     return str(rank), tuple((r, str(full.lookup(r))) for r in refs)
 
 
@@ -711,6 +714,26 @@ def _own_references(ad: classad2.ClassAd, expr: classad2.ExprTree) -> set[str]:
     return refs
 
 
+def _own_references_of(ad: classad2.ClassAd | _PlainAd, attr: str) -> set[str]:
+    """``_own_references`` of ``attr``'s expression in ``ad``; of one that reads itself round,
+    whose references classad2 cannot tell, found by following each attribute's text."""
+    full = _classad_of(ad)
+    try:
+        return _own_references(full, full.lookup(attr))
+    except ValueError:
+        pass
+    refs: dict[str, str] = {}
+    todo = [attr]
+    while todo:
+        read = _text_and_refs(ad, todo.pop())
+        for ref in read[1] if read else ():
+            name = ref[3:] if ref.lower().startswith("my.") else ref
+            if "." not in name and name.lower() not in refs:
+                refs[name.lower()] = name
+                todo.append(name)
+    return set(refs.values())
+
+
 def start_references(slot_ads: Iterable[classad2.ClassAd]) -> set[str]:
     """The job attributes the slots' START expressions read (``TARGET.`` ones): a live
     query must project on them for :func:`eligible_slots` to judge START."""
@@ -769,8 +792,7 @@ def _eligibility_key(ad: Any, start_refs: set[str], references: dict[str, tuple[
         return None
     text = _lookup_text(ad, attr)
     if text not in references:
-        full = _classad_of(ad)
-        refs = _own_references(full, full.lookup(attr)) | start_refs
+        refs = _own_references_of(ad, attr) | start_refs
         references[text] = tuple(sorted(r for r in refs if r.lower() not in _PROBED))
     if ad.__class__ is not _PlainAd or ad.live:
         return text, tuple((r, _lookup_text(ad, r)) for r in references[text] if r in ad)
@@ -817,9 +839,7 @@ def _accepting(requirements: str, values: Iterable[tuple[str, str]],
             # A symmetric match is the job's Requirements on the slot and the slot's START on
             # the job (classad2's symmetricMatch): each side evaluated once per class of
             # what that side reads, START once per value of the job attributes it reads.
-            groups = classes.partition(probe, signature, with_start=False)
-            accepted = _classes_accepting(groups, targets, probe, lambda target: target.matches(probe))
-            return classes.both(classes.names(groups, accepted), started)
+            return classes.both(classes.requirements_accepting(requirements, values), started)
         groups = classes.partition(probe, signature)
     accepted = _classes_accepting(groups, targets, probe, lambda target: target.symmetricMatch(probe))
     if classes is not None:
@@ -873,6 +893,7 @@ class _SlotClasses:
         self._singletons = [[i] for i in range(len(targets))]
         self._pinned_here = classad2.ExprTree(_PINNED_HERE)
         self._both: dict[tuple[int, int], frozenset[str]] = {}
+        self._operands: dict[tuple[str, tuple[tuple[str, str], ...]], frozenset[str]] = {}
         self.start = [self._start_key(i) for i in range(len(targets))]
         self.start_reads = self._start_job_reads()
         self._start_groups: list[list[int]] | None = None
@@ -995,6 +1016,38 @@ class _SlotClasses:
             self._partitions[(attrs, with_start)] = list(classes.values())
         return self._partitions[(attrs, with_start)]
 
+    def requirements_accepting(self, requirements: str, values: Iterable[tuple[str, str]]) -> frozenset[str]:
+        """The names of the slots that a probe job of ``requirements`` and ``values`` (job
+        attributes' texts) pinned to them matches, the job's side only. Each operand of the
+        top-level ``&&`` is evaluated apart, once per class of slots and memoised on its text and
+        the job attributes it reads: ``A && B`` is true only when both are (false, undefined or
+        error make it not true), so the slots it accepts are the intersection. A queue's jobs
+        differ in a few operands (the request sizes); the file system clause of
+        ``should_transfer_files = IF_NEEDED``, which makes every node a class of its own, then
+        is evaluated once per file system domain of the jobs, not per job shape."""
+        by_name = {r.lower(): (r, v) for r, v in values}
+        parts = _top_level_conjuncts(_strip_parentheses(requirements)) or [requirements]
+        reads = [_job_attributes_read(part, by_name) for part in parts]
+        if len(parts) == 1 or None in reads:  # one operand, or one reads the Requirements: the whole
+            parts, reads = [requirements], [tuple(sorted(values))]
+        accepted: frozenset[str] | None = None
+        for part, read in zip(parts, reads):
+            key = (part, read)
+            if key not in self._operands:
+                probe = classad2.ClassAd()
+                for r, value in read:
+                    probe[r] = classad2.ExprTree(value)
+                probe["Requirements"] = classad2.ExprTree(part)
+                probe[PIN_TIME_ATTR] = classad2.ExprTree("time()")
+                signature = (part, tuple(r.lower() for r, _ in read),
+                             tuple((r.lower(), v) for r, v in read if not _LITERAL.fullmatch(v)))
+                groups = self.partition(probe, signature, with_start=False)
+                matched = _classes_accepting(groups, self.targets, probe, lambda target: target.matches(probe))
+                self._operands[key] = self.names(groups, matched)
+            accepted = self._operands[key] if accepted is None else self.both(accepted, self._operands[key])
+        assert accepted is not None
+        return accepted
+
     def both(self, first: frozenset[str], second: frozenset[str]) -> frozenset[str]:
         """``first & second`` of sets this object keeps (``names``, ``start_accepting``), each
         intersection made once."""
@@ -1024,6 +1077,26 @@ class _SlotClasses:
             return None
         present = {a.lower() for a in probe.keys()}
         return frozenset(a for r in reads for a in _slot_side([r], present))
+
+
+def _job_attributes_read(expression: str, values: dict[str, tuple[str, str]]) -> tuple[tuple[str, str], ...] | None:
+    """Of ``values`` (a job's attributes by lower-case name: name, text), those ``expression``
+    reads (``MY.X`` and unqualified references, followed through their texts), in name order;
+    None when it reads the job's Requirements."""
+    seen: dict[str, tuple[str, str]] = {}
+    todo = [expression]
+    while todo:
+        for ref in _direct_refs(todo.pop()):
+            lower = ref.lower()
+            if lower.startswith("target."):
+                continue
+            attr = lower.removeprefix("my.").split(".", 1)[0]
+            if attr == "requirements":
+                return None
+            if attr in values and attr not in seen:
+                seen[attr] = values[attr]
+                todo.append(values[attr][1])
+    return tuple(sorted(seen.values()))
 
 
 def _slot_side(refs: Iterable[str], probe_attrs: set[str] | None = None) -> list[str]:

@@ -359,3 +359,32 @@ def test_a_bad_file_read_in_two_processes_fails_as_the_whole_file_reader_says(tm
     with pytest.raises(SnapshotError) as split:
         load_snapshot(bad, write(tmp_path / "m.json", machines(1)))
     assert str(split.value) == str(whole.value)
+
+
+ODD_REQUIREMENTS = [
+    "(TARGET.NoSuchAttr > 1) && (TARGET.Cpus > 0)",  # undefined && true: no match
+    "(TARGET.Cpus > 0) && (1 / 0 > 0)",  # error operand
+    "(TARGET.Cpus > 0) && ((TARGET.Disk > 5) || (TARGET.Memory > 10))",
+    "(TARGET.Cpus > 8) || (TARGET.Memory >= 1024)",  # || at the top: one operand
+    "(TARGET.Cpus > 0) ? (TARGET.Memory >= RequestMemory) : false",
+    "(TARGET.Cpus >= MyCpus) && (TARGET.Memory >= MyMemory)",  # job expressions reading job attributes
+    "(TARGET.FileSystemDomain == MY.FileSystemDomain) && (Cpus >= 1) && (TotalDisk =!= undefined)",  # unqualified
+    "(TARGET.Cpus > 0) && (MY.Requirements =!= undefined)",  # reads its own Requirements
+    '(TARGET.Arch == "X86_64") && (regexp("node[02]", TARGET.Machine)) && (TARGET.Memory >= 64)',
+]
+
+
+@pytest.mark.parametrize("requirements", ODD_REQUIREMENTS)
+def test_requirements_evaluated_operand_by_operand_accept_what_the_whole_accepts(tmp_path, monkeypatch, requirements):
+    ads = read_ads(write(tmp_path / "m.json", machines(4)))
+    jobs = []
+    for i, domain in enumerate(["cosched.test", "node1.cosched.test", "node2.cosched.test"]):
+        ad = classad2.ClassAd({"ClusterId": 1, "ProcId": i, "JobStatus": 1, "Owner": "alice", "RequestCpus": 1,
+                               "RequestMemory": 64 * (i + 1), "RequestPhiMemory": 300, "RequestPhiThreads": 60,
+                               "FileSystemDomain": domain, "MyCpus": classad2.ExprTree("RequestCpus * 2"),
+                               "MyMemory": classad2.ExprTree("RequestMemory + MyCpus")})
+        ad["Requirements"] = classad2.ExprTree(requirements)
+        jobs.append((classads.job_from_ad(ad, "schedA"), ad))
+    grouped = classads.eligible_slots(jobs, ads)
+    one_by_one(monkeypatch)
+    assert grouped == classads.eligible_slots(jobs, ads)
