@@ -221,14 +221,15 @@ def _candidate(
 
 def _repair(
     plan: list[tuple[Job, Slot, dv.Capacity]], rest: Sequence[Job], slots: list[Slot], caps: dict[str, list[int]],
-    settings: PlanSettings,
+    settings: PlanSettings, deadline: float | None = None,
 ) -> list[tuple[Job, Slot, dv.Capacity]]:
     """Local improvement of a plan, one job more per move (a multiple-knapsack neighbourhood):
     for each unplaced shape, smallest dominant share first, on the devices missing least room
     for it, a placed job j whose removal makes room either *moves* to another device it fits
     (best fit) or is *swapped* for two unplaced jobs (this one and the smallest other that
-    fit). Work is capped by ``REPAIR_BUDGET``. Jobs of a shape are interchangeable: the plan
-    is rebuilt from the per-device shape counts, oldest jobs first."""
+    fit). Work is capped by ``REPAIR_BUDGET`` (and by ``deadline``, ``global`` only: the moves
+    made so far are kept). Jobs of a shape are interchangeable: the plan is rebuilt from the
+    per-device shape counts, oldest jobs first."""
     row_of = {s.name: i for i, s in enumerate(slots)}
     residual = np.array([caps[s.name] for s in slots], dtype=np.int64).reshape(-1, dv.N_DIMENSIONS)
     scale = 1.0 / np.maximum(residual, 1)
@@ -266,7 +267,9 @@ def _repair(
         residual[r] -= np.asarray(need, dtype=np.int64) * n
 
     for u, a_u in zip(order, demand):
-        while left[index[u]] > 0 and budget > 0:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        while left[index[u]] > 0 and budget > 0 and (deadline is None or time.perf_counter() <= deadline):
             deficit = np.maximum(a_u - residual, 0)
             usable = np.flatnonzero(hardware_threads >= a_u[dv.THREADS])
             missing = (deficit[usable] * scale[usable]).sum(axis=1)
@@ -334,9 +337,12 @@ def _score(plan: list[tuple[Job, Slot, dv.Capacity]]) -> tuple[int, int]:
 
 
 def pack(rest: Sequence[Job], state: dv.DeviceState, settings: PlanSettings,
-         deadline: float | None = None) -> dict[str, object]:
+         deadline: float | None = None, repair_deadline: float | None = None) -> dict[str, object]:
     """Run the candidates of the module docstring, keep the best; assignments go to ``state``.
-    ``deadline`` (``global`` only): no further candidate starts once it has passed."""
+    ``deadline`` (``global`` only): no further candidate or repair starts once it has passed;
+    a repair under way stops at ``repair_deadline`` (default ``deadline``)."""
+    if repair_deadline is None:
+        repair_deadline = deadline
     slots = state.open_slots()
     if not slots or not rest:
         return {"packing": None}
@@ -357,7 +363,7 @@ def pack(rest: Sequence[Job], state: dv.DeviceState, settings: PlanSettings,
     for score, position, plan, name in ranked[: len(ranked) if small else REPAIRED_CANDIDATES]:
         if deadline is not None and time.perf_counter() > deadline:
             break
-        better = _repair(plan, rest, slots, caps, settings)
+        better = _repair(plan, rest, slots, caps, settings, repair_deadline)
         if (_score(better), position) > (best[0], best[1]):
             best, repaired = (_score(better), position, better, name), len(better) - len(plan)
     for job, slot, need in best[2]:
