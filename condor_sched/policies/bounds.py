@@ -16,6 +16,18 @@ capacity and k_{s,g} taken at its largest free amounts: a looser relaxation, sti
 any plan places. It is at most the aggregate bound (jobs smallest-first in each dimension
 against the sum of all devices' capacities) and often well below it, because a shape only
 counts against the groups it fits.
+
+How tight it is (issue 11): the *configuration LP*, a column per device group and feasible
+device pattern (a count per shape that fits one device), is the strongest LP of this
+kind, since every plan is one of its integer points. On the diverse queue of
+``scripts/bench_plan`` with 900 jobs / 60 devices (seed 1) the device-group LP's value is
+452.3425, and a column-generation run of the configuration LP (CP-SAT pricing, dual
+smoothing; a one-off experiment, not in the code) reached a restricted-master value of
+452.3397: the configuration LP lies in [452.3397, 452.3425], so no LP over device patterns
+gives a bound below 452 there. CP-SAT on the exact model proves
+nothing lower either (``scripts/bench_plan --gap``). The gap between plans and this bound
+on such queues is integrality (the last job of each device that does not fit), which no
+cheap relaxation closes; the optimum itself is not known.
 """
 from __future__ import annotations
 

@@ -301,7 +301,8 @@ class GlobalPolicy:
         packed_plan = dv.DeviceState(
             list(dslots), {k: list(v) for k, v in state.residual.items()}, set(state.reserved), [], {}
         )
-        pack(rest, packed_plan, settings, deadline=fill_deadline)
+        pack(rest, packed_plan, settings, deadline=fill_deadline,
+             repair_deadline=None if settings.deterministic else deadline)
         greedy, hint_name = packed_plan, "lp-pack"
         mcck: dv.DeviceState | None = None
         mcck_completed = False
