@@ -18,11 +18,10 @@ was placed. Every idle covered job left idle gets a reason (``CoSchedPinReason``
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass, field, replace
-from itertools import repeat
-from collections import Counter
-from itertools import compress
-from operator import and_, attrgetter, is_, is_not, itemgetter, ne, not_
+from itertools import compress, repeat
+from operator import and_, attrgetter, is_, is_not, itemgetter, not_
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -101,10 +100,103 @@ class PlanCache:
                                         _NOT_YET_UNPLACED]
         return row
 
+    #: The rows of the last bounded plan's idle jobs (``ShapeQueues``), kept from cycle to cycle.
+    queues: ShapeQueues | None = None
+
     def forget_all_but(self, live: int) -> None:
         """Drop every entry when those of jobs gone outnumber the ``live`` ones (bounded size)."""
         if len(self.rows) > 2 * live + 1024:
             self.rows, self.too_big = {}, {}
+            if self.queues is not None:
+                self.rows.update(self.queues.live)
+
+
+#: Fewest jobs a queue must hold before ``ShapeQueues`` patches itself rather than rebuild.
+_PATCH_MIN_JOBS = 256
+
+
+@dataclass(slots=True)
+class ShapeQueues:
+    """A bounded plan's idle jobs as PlanCache rows, in FIFO order overall (``rows``) and per
+    demand shape (``by_shape``), patched from one cycle to the next with the rows of records
+    that came and went (found by identity), so a cycle's work follows what changed. Each row's
+    last ``Unplaced`` stays right from cycle to cycle: a row gets its shape's reason when it
+    comes, when its shape's reason changes, or when the plan stops speaking of it alone."""
+
+    granularity_mb: int = -1
+    #: id(job record) -> row, for the records of the last request.
+    live: dict[int, list] = field(default_factory=dict)
+    #: FIFO keys and rows, overall and per shape (sorted together).
+    order: list[tuple] = field(default_factory=list)
+    rows: list[list] = field(default_factory=list)
+    shape_order: dict[Capacity, list[tuple]] = field(default_factory=dict)
+    shape_rows: dict[Capacity, list[list]] = field(default_factory=dict)
+    #: The reason each shape's rows were last given, and the rows the plan spoke of alone.
+    shape_reason: dict[Capacity, str] = field(default_factory=dict)
+    own: list[list] = field(default_factory=list)
+    #: ``_GONE`` entries in ``rows`` (a rebuild clears them).
+    dead: int = 0
+
+    def update(self, idle: Sequence[Job], cache: PlanCache, settings: PlanSettings) -> list[list]:
+        """Follow ``idle`` (the request's jobs, all idle device jobs); the rows that came."""
+        ids = list(map(id, idle))
+        found = list(map(self.live.get, ids))
+        came = found.count(None)
+        gone = len(self.live) - (len(idle) - came)
+        if not came and not gone and self.granularity_mb == settings.memory_granularity_mb:
+            return []
+        if (self.granularity_mb != settings.memory_granularity_mb or len(idle) < _PATCH_MIN_JOBS
+                or 4 * (came + gone + self.dead) > len(idle)):
+            return self._rebuild(idle, cache, settings)
+        if gone:
+            for i in self.live.keys() - set(ids):
+                self._remove(self.live.pop(i))
+        new_rows = [cache.row(job, settings) for job in compress(idle, map(is_, found, repeat(None)))]
+        for row in new_rows:
+            self.live[id(row[0])] = row
+            self._insert(row)
+        return new_rows
+
+    def _rebuild(self, idle: Sequence[Job], cache: PlanCache, settings: PlanSettings) -> list[list]:
+        if cache.granularity_mb != settings.memory_granularity_mb and idle:
+            cache.row(idle[0], settings)  # resets the cache
+        self.granularity_mb = settings.memory_granularity_mb
+        rows = [cache.row(job, settings) for job in idle]
+        rows.sort(key=_fifo)
+        self.live = dict(zip(map(id, map(_record, rows)), rows))
+        self.rows, self.order, self.dead = rows, list(map(_fifo, rows)), 0
+        self.shape_rows, self.shape_order, self.shape_reason, self.own = {}, {}, {}, []
+        for row in rows:
+            self.shape_rows.setdefault(row[3], []).append(row)
+        for need, members in self.shape_rows.items():
+            self.shape_order[need] = list(map(_fifo, members))
+        return rows
+
+    def _remove(self, row: list) -> None:
+        """Out of its shape's lists; in the FIFO list, ``_GONE`` takes its place (no shift)."""
+        at = bisect_left(self.order, row[2])
+        while self.rows[at] is not row:
+            at += 1
+        self.rows[at] = _GONE
+        self.dead += 1
+        order, rows = self.shape_order[row[3]], self.shape_rows[row[3]]
+        at = bisect_left(order, row[2])
+        del order[at], rows[at]
+        if not rows:
+            del self.shape_rows[row[3]], self.shape_order[row[3]]
+            self.shape_reason.pop(row[3], None)
+
+    def _insert(self, row: list) -> None:
+        if row[3] not in self.shape_rows:
+            self.shape_rows[row[3]], self.shape_order[row[3]] = [], []
+        for order, rows in ((self.order, self.rows), (self.shape_order[row[3]], self.shape_rows[row[3]])):
+            at = bisect_left(order, row[2])
+            order.insert(at, row[2])
+            rows.insert(at, row)
+
+
+#: What takes a gone row's place in ``ShapeQueues.rows`` (its ``Unplaced`` is never listed).
+_GONE: list = [None, False, None, None, _NOT_YET_UNPLACED]
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,64 +507,49 @@ BOUNDED_POLICIES = frozenset({"knapsack", "exclusive"})
 def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, cache: PlanCache) -> Plan:
     """``run_policy`` for a policy of ``BOUNDED_POLICIES`` on a queue every job of which may use
     every slot, and equal to it, planning only the jobs that can matter. Of each demand shape,
-    L = (most jobs of the shape the free capacity holds) + 2, plus the number of devices when
-    some job starves: the policy gets the shape's L oldest jobs and its L longest-starving
-    ones. No plan places more of a shape or looks further down it (a device's candidates of a
-    shape are at most what its residual holds), and once a starving job of a shape can neither
-    be placed nor reserve a device, no later one of its shape can (residuals only shrink).
-    Each job left out is unplaced for the reason ``finish_plan`` gives its shape (too big, or
-    why the final residuals cannot take it)."""
+    L = (the jobs of the shape each device's free capacity holds, summed over the devices) + 2,
+    plus the number of devices when some job starves: the policy gets the shape's L oldest
+    jobs and its L longest-starving ones. No plan places more of a shape or looks further down
+    it (a device's candidates of a shape are at most what its residual holds, and residuals
+    only shrink), and once a starving job of a shape can neither be placed nor reserve a
+    device, no later one of its shape can. Each job left out is unplaced for the reason
+    ``finish_plan`` gives its shape (too big, or why the final residuals cannot take it).
+    The queue's rows are kept per shape from cycle to cycle (``ShapeQueues``)."""
     device_slots = [s for s in request.slots if s.kind is SlotKind.DEVICE]
     caps = [free_capacity(s, settings) for s in device_slots]
-    free = [sum(column) for column in zip(*caps)] or [0] * len(Capacity._fields)
-    idle = request.idle
-    if cache.granularity_mb != settings.memory_granularity_mb and idle:
-        cache.row(idle[0], settings)  # resets the cache
-    found = list(map(cache.rows.get, map(id, idle), repeat(_NO_ROW)))
-    for i in list(compress(range(len(idle)), map(is_not, map(_record, found), idle))):
-        found[i] = cache.row(idle[i], settings)
-    rows = list(compress(found, map(_for_device, found)))
-    rows.sort(key=_fifo)
-    cache.forget_all_but(len(request.idle))
+    if cache.queues is None:
+        cache.queues = ShapeQueues()
+    queues = cache.queues
+    came = queues.update(request.idle, cache, settings)
+    rows = queues.rows  # in FIFO order, with ``_GONE`` in the place of rows gone
+    n_rows = len(queues.live)
+    cache.forget_all_but(n_rows)
     cycle, first_seen, limit = request.cycle, request.first_seen_cycle, settings.age_limit_cycles
     starving: list[list] = []
     if first_seen and cycle - min(first_seen.values()) > limit:
-        aged = [(first_seen.get(r[0].key, cycle), r[2], r) for r in rows]
+        aged = [(first_seen.get(r[0].key, cycle), r[2], r) for r in queues.live.values()]
         starving = [r for seen, _, r in sorted(aged, key=itemgetter(0, 1)) if cycle - seen > limit]
     extra = 2 + (len(device_slots) if starving else 0)
-    total = Counter(map(_shape, rows))
-    most = {need: min((f // d for f, d in zip(free, need) if d > 0), default=math.inf) + extra for need in total}
-    # Shapes with no more jobs than they can use: every job of theirs is kept (one pass in C).
-    whole = {need for need, n in total.items() if n <= most[need]}
-    whole_rows = list(compress(rows, map(whole.__contains__, map(_shape, rows)))) if whole else []
-    keep = set(map(id, whole_rows))  # id(row) of the rows the policy gets
-    first: dict[Capacity, list] = {}  # each shape's first row (oldest job)
-    for r in whole_rows:
-        first.setdefault(r[3], r)
-    for ordered, skip in ((rows, whole), (starving, ())):
+    shapes = list(queues.shape_rows)
+    most = dict(zip(shapes, _most_per_shape(shapes, caps, device_slots, extra)))
+    if policy.name == "knapsack" and not starving:
+        _past_a_full_shape(most, queues.shape_rows)
+    kept_rows = [r for need in shapes for r in queues.shape_rows[need][:most[need]]]
+    if starving:
         count: dict[Capacity, int] = {}
-        full, open_shapes = 0, len(total) - len(skip)
-        for r in ordered if open_shapes else ():
-            need = r[3]
-            if need in skip:
-                continue
-            n = count.get(need, 0)
-            if n < most[need]:
-                if n == 0 and need not in first:
-                    first[need] = r
-                count[need] = n + 1
-                keep.add(id(r))
-                if n + 1 == most[need]:
-                    full += 1
-                    if full == open_shapes:
-                        break  # every shape has all the jobs it can use
-    if len(keep) == len(rows):
+        for r in starving:
+            n = count.get(r[3], 0)
+            if n < most[r[3]]:
+                count[r[3]] = n + 1
+                kept_rows.append(r)
+        kept_rows = list({id(r): r for r in kept_rows}.values())
+    if len(kept_rows) == n_rows:
+        queues.shape_reason, queues.own = {}, []  # every row's reason is set afresh next time
         return run_policy(policy, request, settings)
-    kept_at = list(compress(range(len(rows)), map(keep.__contains__, map(id, rows))))
-    kept = [rows[i] for i in kept_at]  # in FIFO order
-    plan = policy.plan(replace(request, idle=tuple(r[0] for r in kept), eligible={}), settings)
+    kept_rows.sort(key=_fifo)
+    plan = policy.plan(replace(request, idle=tuple(map(_record, kept_rows)), eligible={}), settings)
     said = {u.job: u.reason for u in plan.unplaced}
-    need_of = {r[0].key: r[3] for r in kept}
+    need_of = {r[0].key: r[3] for r in kept_rows}
     reserved = set(plan.stats.get("reserved_devices", ()))
     open_caps = {s.name: list(c) for s, c in zip(device_slots, caps) if s.name not in reserved}
     for a in plan.assignments:
@@ -480,37 +557,91 @@ def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, ca
             open_caps[a.slot] = [c - n for c, n in zip(open_caps[a.slot], need_of[a.job])]
     residual = np.array(list(open_caps.values()), dtype=np.int64).reshape(-1, len(Capacity._fields))
     hardware = np.array([s.total.device_threads for s in device_slots if s.name in open_caps], dtype=np.int64)
-    shape_reason: dict[Capacity, str] = {}
-    too_big: set[Capacity] = set()
     totals = tuple(s.total for s in device_slots)
     if totals != cache.totals:  # the same records cycle after cycle: compared by identity
         cache.totals, cache.too_big = totals, {}
-    for need, r in first.items():
-        if need not in shape_reason:
-            memo = (need, r[0].request.device_memory_mb)
-            if memo not in cache.too_big:
-                bad = split_too_big([r[0]], device_slots, settings)[1]
-                cache.too_big[memo] = bad[0].reason if bad else None
-            if cache.too_big[memo] is not None:
-                too_big.add(need)
-            shape_reason[need] = cache.too_big[memo] or not_fitted_reason(need, residual, hardware)
+    shape_reason: dict[Capacity, str] = {}
+    too_big: set[Capacity] = set()
+    for need in shapes:
+        first = queues.shape_rows[need][0][0]
+        memo = (need, first.request.device_memory_mb)
+        if memo not in cache.too_big:
+            bad = split_too_big([first], device_slots, settings)[1]
+            cache.too_big[memo] = bad[0].reason if bad else None
+        if cache.too_big[memo] is not None:
+            too_big.add(need)
+        shape_reason[need] = cache.too_big[memo] or not_fitted_reason(need, residual, hardware)
     placed = set(map(_job_of, plan.assignments))
-    # Each row's reason (None: placed): its shape's, or what the plan said of a job it got.
-    want: list[str | None] = list(map(shape_reason.__getitem__, map(_shape, rows)))
-    for i, r in zip(kept_at, kept):
-        key = r[0].key
-        want[i] = None if key in placed else said[key]
-    for i in list(compress(range(len(rows)), map(ne, map(_reason_of, map(_last_unplaced, rows)), want))):
-        if want[i] is not None:
-            rows[i][4] = Unplaced(rows[i][0].key, want[i])
-    units, present = list(map(_last_unplaced, rows)), list(map(is_not, want, repeat(None)))
+    _tell_rows(queues, kept_rows, came, shape_reason, placed, said)
+    units = list(map(_last_unplaced, rows))
+    present = list(map(is_not, units, repeat(_NOT_YET_UNPLACED))) if placed or queues.dead else None
     if too_big:
         is_big = list(map(too_big.__contains__, map(_shape, rows)))
+        if present is None:
+            present = [True] * len(rows)
         unplaced = (tuple(compress(units, map(and_, is_big, present)))
                     + tuple(compress(units, map(and_, map(not_, is_big), present))))
     else:
-        unplaced = tuple(compress(units, present))
-    return replace(plan, unplaced=unplaced, stats={**plan.stats, "jobs_considered": len(rows), "unplaced": len(unplaced)})
+        unplaced = tuple(units) if present is None else tuple(compress(units, present))
+    return replace(plan, unplaced=unplaced, stats={**plan.stats, "jobs_considered": n_rows, "unplaced": len(unplaced)})
+
+
+def _most_per_shape(shapes: Sequence[Capacity], caps: Sequence[Capacity], device_slots: Sequence[Slot],
+                    extra: int) -> list[int]:
+    """Per shape, how many of its jobs the devices' free ``caps`` hold, each device on its own
+    (a device that has fewer hardware threads than a job asks holds none), summed, plus ``extra``."""
+    if not shapes:
+        return []
+    need = np.array(shapes, dtype=np.int64)  # shapes x dimensions
+    free = np.array(caps, dtype=np.int64).reshape(-1, len(Capacity._fields))  # devices x dimensions
+    per_dim = np.where(need[None, :, :] > 0, free[:, None, :] // np.maximum(need[None, :, :], 1), 1 << 40)
+    per_device = per_dim.min(axis=2)
+    hardware = np.array([s.total.device_threads for s in device_slots], dtype=np.int64)
+    per_device[hardware[:, None] < need[None, :, 1]] = 0
+    return (per_device.sum(axis=0) + extra).tolist()
+
+
+def _past_a_full_shape(most: dict[Capacity, int], shape_rows: Mapping[Capacity, list]) -> None:
+    """Knapsack only, no job starving: a shape none of whose jobs any device can take, set to 0.
+    Within a class (``ShapeClass``), a device's candidates are the smallest-memory shapes'
+    jobs first (``JobPool.candidates``); once a shape has more jobs than all devices can take
+    of it, each device's candidates stop at it (its jobs use up the class's count or the
+    memory a bigger shape would need), and so do the jobs taken (``take_from_class``)."""
+    by_class: dict[Any, list[Capacity]] = {}
+    for need in most:
+        by_class.setdefault(need.shape_class, []).append(need)
+    for members in by_class.values():
+        members.sort(key=attrgetter("device_memory_granules"))
+        for i, need in enumerate(members):
+            if len(shape_rows[need]) > most[need]:
+                for later in members[i + 1:]:
+                    most[later] = 0
+                break
+
+
+def _tell_rows(queues: ShapeQueues, kept_rows: list[list], came: list[list], shape_reason: Mapping[Capacity, str],
+               placed: set[JobKey], said: Mapping[JobKey, str]) -> None:
+    """Give each row its ``Unplaced`` for this cycle (placed rows: ``_NOT_YET_UNPLACED``),
+    touching only rows whose reason may have changed (``ShapeQueues``)."""
+    own = set(map(id, kept_rows))
+    for r in kept_rows:
+        key = r[0].key
+        if key in placed:
+            r[4] = _NOT_YET_UNPLACED
+        elif r[4].reason != said[key]:
+            r[4] = Unplaced(key, said[key])
+    live = queues.live
+    redo = [r for r in queues.own if id(r) not in own and live.get(id(r[0])) is r]
+    redo += [r for r in came if id(r) not in own]
+    for need, reason in shape_reason.items():
+        if queues.shape_reason.get(need) != reason:
+            queues.shape_reason[need] = reason
+            redo += [r for r in queues.shape_rows[need] if id(r) not in own]
+    for r in redo:
+        reason = shape_reason[r[3]]
+        if r[4].reason != reason:
+            r[4] = Unplaced(r[0].key, reason)
+    queues.own = kept_rows
 
 
 #: Most turns a cycle gives a policy when several submitters wait (each turn is one policy run).
