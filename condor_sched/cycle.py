@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from dataclasses import dataclass, field, replace
+from collections import Counter
 from itertools import compress, repeat
 from operator import and_, attrgetter, is_, is_not, itemgetter, not_
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
@@ -102,6 +103,12 @@ class PlanCache:
 
     #: The rows of the last bounded plan's idle jobs (``ShapeQueues``), kept from cycle to cycle.
     queues: ShapeQueues | None = None
+    #: The covered idle jobs of the last state (``CoveredJobs``).
+    covered: CoveredJobs | None = None
+    #: This cycle's (``CoveredJobs.version``, came, gone) when the device plan gets exactly
+    #: the covered jobs, else None; and the unplaced jobs of this cycle's ``bounded_run``.
+    covered_changes: tuple[int, list[Job], list[Job]] | None = None
+    whole_unplaced: tuple[Unplaced, ...] | None = None
 
     def forget_all_but(self, live: int) -> None:
         """Drop every entry when those of jobs gone outnumber the ``live`` ones (bounded size)."""
@@ -109,6 +116,106 @@ class PlanCache:
             self.rows, self.too_big = {}, {}
             if self.queues is not None:
                 self.rows.update(self.queues.live)
+
+
+@dataclass(slots=True)
+class CoveredJobs:
+    """The covered idle jobs of the last state (``covered``) in key order, patched from one
+    cycle to the next with the records that came and went (found by identity, one pass over
+    the state's jobs), with what the cycle's shortcuts ask of them: their pinned records, how
+    many are not device jobs, spread or lack the pin clause, and their submitters, JobPrio
+    values and device kinds. A source that builds new records every cycle gets a rebuild."""
+
+    #: id(record) -> record, every job of the last state (whatever its status), and the covered ones.
+    seen: dict[int, Job] = field(default_factory=dict)
+    live: dict[int, Job] = field(default_factory=dict)
+    jobs: list[Job] = field(default_factory=list)
+    keys: list[JobKey] = field(default_factory=list)
+    pinned: dict[int, Job] = field(default_factory=dict)
+    counts: Counter = field(default_factory=Counter)
+    #: Covered records that came and went in the last update, and the update's number.
+    came: list[Job] = field(default_factory=list)
+    gone: list[Job] = field(default_factory=list)
+    version: int = 0
+    #: False after a rebuild: ``came`` and ``gone`` then say nothing of the state before.
+    patched: bool = False
+    #: The first-seen map the last cycle returned.
+    first_seen: Mapping[JobKey, int] | None = None
+
+    def update(self, state_jobs: Sequence[Job]) -> None:
+        self.version += 1
+        ids = list(map(id, state_jobs))
+        found = list(map(self.seen.__contains__, ids))
+        came = found.count(False)
+        gone = len(self.seen) - (len(state_jobs) - came)
+        if not came and not gone:
+            self.came, self.gone, self.patched = [], [], True
+            return
+        if 4 * (came + gone) > len(state_jobs):
+            self._rebuild(state_jobs)
+            return
+        self.patched = True
+        gone_records = [self.seen.pop(i) for i in self.seen.keys() - set(ids)] if gone else []
+        came_records = list(compress(state_jobs, map(not_, found)))
+        self.seen.update(zip(map(id, came_records), came_records))
+        self.gone = [j for j in gone_records if id(j) in self.live]
+        self.came = [j for j in came_records if covered(j)]
+        for job in self.gone:
+            del self.live[id(job)]
+            self.pinned.pop(id(job), None)
+            self._count(job, -1)
+            at = bisect_left(self.keys, job.key)
+            while self.jobs[at] is not job:
+                at += 1
+            del self.jobs[at], self.keys[at]
+        for job in self.came:
+            self._add(job)
+            at = bisect_left(self.keys, job.key)
+            self.keys.insert(at, job.key)
+            self.jobs.insert(at, job)
+
+    def _rebuild(self, state_jobs: Sequence[Job]) -> None:
+        self.seen = dict(zip(map(id, state_jobs), state_jobs))
+        self.jobs = _covered_idle(state_jobs)
+        self.keys = list(map(_key_order, self.jobs))
+        self.live, self.pinned, self.counts = {}, {}, Counter()
+        for job in self.jobs:
+            self._add(job)
+        self.came, self.gone, self.first_seen, self.patched = list(self.jobs), [], None, False
+
+    def _add(self, job: Job) -> None:
+        self.live[id(job)] = job
+        if job.pinned_slot is not None or job.pinned_cycle is not None:
+            self.pinned[id(job)] = job
+        self._count(job, 1)
+
+    def _count(self, job: Job, n: int) -> None:
+        counts = self.counts
+        counts[("submitter", job.submitter)] += n
+        counts[("prio", job.job_prio)] += n
+        if job.request.device_memory_mb > 0:
+            counts[("kind", job.device_kind or DEFAULT_KIND)] += n
+        else:
+            counts["not_device"] += n
+            counts["spread_only"] += n if job.spread else 0
+        counts["no_pin_clause"] += 0 if job.has_pin_clause else n
+
+    def distinct(self, what: str) -> set:
+        return {k[1] for k, n in self.counts.items() if isinstance(k, tuple) and k[0] == what and n > 0}
+
+    def first_seen_map(self, remembered: Mapping[JobKey, int], cycle: int) -> dict[JobKey, int]:
+        """Each covered job's first-seen cycle: ``remembered``'s, else ``cycle``."""
+        if remembered is not self.first_seen or self.first_seen is None or not isinstance(remembered, dict):
+            keys = self.keys
+            return dict(zip(keys, map(remembered.get, keys, repeat(cycle))))
+        out = dict(remembered)
+        came_keys = set(map(_key_order, self.came))
+        for job in self.gone:
+            if job.key not in came_keys:
+                out.pop(job.key, None)
+        for key in came_keys:
+            out[key] = remembered.get(key, cycle)
+        return out
 
 
 #: Fewest jobs a queue must hold before ``ShapeQueues`` patches itself rather than rebuild.
@@ -136,9 +243,28 @@ class ShapeQueues:
     own: list[list] = field(default_factory=list)
     #: ``_GONE`` entries in ``rows`` (a rebuild clears them).
     dead: int = 0
+    #: The ``CoveredJobs.version`` whose jobs the rows are (-1: other jobs).
+    version: int = -1
 
     def update(self, idle: Sequence[Job], cache: PlanCache, settings: PlanSettings) -> list[list]:
-        """Follow ``idle`` (the request's jobs, all idle device jobs); the rows that came."""
+        """Follow ``idle`` (the request's jobs, all idle device jobs); the rows that came. When
+        ``idle`` is the covered jobs, as last cycle, their changes (``cache.covered_changes``)
+        say what came and went without a pass over the queue."""
+        changes, last = cache.covered_changes, self.version
+        self.version = -1 if changes is None else changes[0]
+        if (changes is not None and last == changes[0] - 1 and self.granularity_mb == settings.memory_granularity_mb
+                and len(idle) >= _PATCH_MIN_JOBS and 4 * (len(changes[1]) + len(changes[2]) + self.dead) <= len(idle)):
+            gone_rows = [self.live.pop(id(job), None) for job in changes[2]]
+            if None not in gone_rows:
+                for row in gone_rows:
+                    self._remove(row)
+                came_rows = [cache.row(job, settings) for job in changes[1]]
+                for row in came_rows:
+                    self.live[id(row[0])] = row
+                    self._insert(row)
+                if len(self.live) == len(idle):
+                    return came_rows
+            return self._rebuild(idle, cache, settings)
         ids = list(map(id, idle))
         found = list(map(self.live.get, ids))
         came = found.count(None)
@@ -425,13 +551,16 @@ def free_after_pins(state: PoolState, decision: CycleDecision) -> list[Slot]:
 
 
 def _with_device_kinds(eligible: Mapping[JobKey, frozenset[str]], jobs: Iterable[Job],
-                       slots: Iterable[Slot]) -> Mapping[JobKey, frozenset[str]]:
+                       slots: Iterable[Slot], kinds: set[str] | None = None) -> Mapping[JobKey, frozenset[str]]:
     """``eligible`` narrowed so that a device job may use only the slots of its device kind
-    (unchanged while every job and slot is of one kind; a record without one is of the default kind)."""
-    jobs = list(jobs)
+    (unchanged while every job and slot is of one kind; a record without one is of the default
+    kind). ``kinds``: device kinds that include every job's, when the caller knows them."""
     by_kind: dict[str, set[str]] = {}
     for slot in slots:
         by_kind.setdefault(slot.device_kind or DEFAULT_KIND, set()).add(slot.name)
+    if len(by_kind) <= 1 and kinds is not None and kinds <= set(by_kind):
+        return eligible
+    jobs = list(jobs)
     if len(by_kind) <= 1 and {k or DEFAULT_KIND for k in set(map(attrgetter("device_kind"), jobs))} <= set(by_kind):
         return eligible
     narrowed = dict(eligible)
@@ -583,6 +712,7 @@ def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, ca
                     + tuple(compress(units, map(and_, map(not_, is_big), present))))
     else:
         unplaced = tuple(units) if present is None else tuple(compress(units, present))
+    cache.whole_unplaced = unplaced
     return replace(plan, unplaced=unplaced, stats={**plan.stats, "jobs_considered": n_rows, "unplaced": len(unplaced)})
 
 
@@ -649,16 +779,18 @@ MAX_TURNS = 4
 
 
 def plan_in_turns(policy: Policy, request: PlanRequest, settings: PlanSettings,
-                  is_aged: Callable[[Job], bool], cache: PlanCache | None = None) -> Plan:
+                  is_aged: Callable[[Job], bool], cache: PlanCache | None = None,
+                  one_submitter: bool = False) -> Plan:
     """``run_policy`` on ``request.idle`` in fair-share order (``fairshare``): with one
     submitter, one run over every job; with several, turns as the negotiator's pie spins:
     each turn offers the fair-order prefix that fits what is still free (plus every aged job)
     and the next turn goes on with the rest, until a turn places nothing or ``MAX_TURNS``. So
     the packing chooses within a submitter's fair slice, never across the whole queue.
     With ``cache``, a policy of ``BOUNDED_POLICIES`` on a one-submitter queue without
-    eligibility limits runs through :func:`bounded_run` (the same plan, less work)."""
+    eligibility limits runs through :func:`bounded_run` (the same plan, less work).
+    ``one_submitter``: the caller knows the jobs have one submitter."""
     ordered = list(request.idle)
-    if len(set(map(_submitter, ordered))) <= 1:
+    if one_submitter or len(set(map(_submitter, ordered))) <= 1:
         if cache is not None and policy.name in BOUNDED_POLICIES and not request.eligible:
             return bounded_run(policy, request, settings, cache)
         return run_policy(policy, request, settings)
@@ -683,11 +815,12 @@ def plan_in_turns(policy: Policy, request: PlanRequest, settings: PlanSettings,
     return Plan(policy.name, tuple(assignments), unplaced, {**last.stats, "fair_share_turns": turns})
 
 
-def running_jobs(state: PoolState) -> tuple[RunningJob, ...]:
-    """The jobs holding a dynamic slot, with their partitionable slot, node and measurements."""
+def running_jobs(state: PoolState, busy: Sequence[Job] | None = None) -> tuple[RunningJob, ...]:
+    """The jobs holding a dynamic slot, with their partitionable slot, node and measurements
+    (``busy``: the state's jobs that are not idle, when the caller has them)."""
     slots = {s.name: s for s in state.slots}
     out = []
-    for job in _where(state.jobs, _status, is_not, JobStatus.IDLE):
+    for job in _where(state.jobs, _status, is_not, JobStatus.IDLE) if busy is None else busy:
         if job.status not in HOLDS_A_SLOT:
             continue
         slot = partitionable_slot_of(job.remote_slot) if job.remote_slot else job.pinned_slot
@@ -725,32 +858,46 @@ def _covered_idle(jobs: Sequence[Job]) -> list[Job]:
 
 
 def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> CycleDecision:
-    """What one cycle does (module docstring), from ``state`` and ``memory`` alone."""
+    """What one cycle does (module docstring), from ``state`` and ``memory`` alone. With a
+    cache (``config.bounded``), what it derives from the covered jobs follows only the records
+    that changed since the last cycle (``CoveredJobs``); the decision is the same."""
     state = consistent_state(state)
     cycle = memory.cycle
     cache = (memory.cache or PlanCache()) if config.bounded else None
+    view: CoveredJobs | None = None
     slots = {s.name: s for s in state.slots}
-    jobs = _covered_idle(state.jobs)  # the same order from every source
-    keys = list(map(_key_order, jobs))
-    first_seen = dict(zip(keys, map(memory.first_seen.get, keys, repeat(cycle))))
-    unpins, kept, to_plan, refused = [], [], [], {}
-    pinned = set(map(id, _where(jobs, _pinned_slot, is_not, None) + _where(jobs, _pinned_cycle, is_not, None)))
-    for job in jobs if pinned else ():
-        if id(job) not in pinned:
-            to_plan.append(job)
-            continue
-        if job.pinned_slot is not None:
-            reason = _stale_reason(job, slots, cycle, config.unpin_age_cycles)
-            if reason is None:
-                kept.append(job)
-                continue
-            unpins.append(Unpin(job.key, reason))
-            if job.start_refused is not None:
-                refused[job.key] = job.pinned_slot
-        to_plan.append(job if job.pinned_slot is None and job.pinned_cycle is None
-                       else replace(job, pinned_slot=None, pinned_cycle=None))
-    if not pinned:
-        to_plan = list(jobs)
+    if cache is not None:
+        if cache.covered is None:
+            cache.covered = CoveredJobs()
+        view = cache.covered
+        view.update(state.jobs)
+        cache.whole_unplaced = None
+        jobs = view.jobs  # the same order from every source; never changed here
+        first_seen = view.first_seen_map(memory.first_seen, cycle)
+        pinned_jobs = sorted(view.pinned.values(), key=_key_order)
+    else:
+        jobs = _covered_idle(state.jobs)  # the same order from every source
+        keys = list(map(_key_order, jobs))
+        first_seen = dict(zip(keys, map(memory.first_seen.get, keys, repeat(cycle))))
+        pinned_jobs = [j for j in jobs if j.pinned_slot is not None or j.pinned_cycle is not None]
+    unpins, kept, refused = [], [], {}
+    to_plan = list(jobs)
+    if pinned_jobs:
+        at = {id(j): i for i, j in enumerate(jobs)} if view is None else None
+        for job in pinned_jobs:
+            i = at[id(job)] if at is not None else _index_of(view, job)  # type: ignore[arg-type]
+            if job.pinned_slot is not None:
+                reason = _stale_reason(job, slots, cycle, config.unpin_age_cycles)
+                if reason is None:
+                    kept.append(job)
+                    to_plan[i] = None  # type: ignore[call-overload]
+                    continue
+                unpins.append(Unpin(job.key, reason))
+                if job.start_refused is not None:
+                    refused[job.key] = job.pinned_slot
+            to_plan[i] = replace(job, pinned_slot=None, pinned_cycle=None)
+        if kept:
+            to_plan = list(compress(to_plan, map(is_not, to_plan, repeat(None))))
     kept, crowded = _pins_within_totals(kept, slots, config.plan)
     unpins += crowded
     crowded_keys = {u.job for u in crowded}
@@ -762,22 +909,28 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
     unpins += [Unpin(s.job, f"malformed ad: {s.reason}") for s in state.skipped
                if s.job is not None and s.pinned_slot is not None]
     holds = tuple(Hold(s.job, _hold_reason(s)) for s in state.skipped if s.job is not None and s.idle)
-    if config.spread_policy is None:
+    all_device = view is not None and not view.counts["not_device"]
+    if config.spread_policy is None and not all_device:
         to_plan = [j for j in to_plan if j.uses_device]
-    enrolls = [Enroll(j.key, j.attributes.get("Requirements"))
-               for j in compress(to_plan, map(not_, map(_has_pin_clause, to_plan)))]
+    enrolls = [] if view is not None and not view.counts["no_pin_clause"] else [
+        Enroll(j.key, j.attributes.get("Requirements"))
+        for j in compress(to_plan, map(not_, map(_has_pin_clause, to_plan)))]
     busy = _where(state.jobs, _status, is_not, JobStatus.IDLE)
     free = [s for s in _reserve(slots, kept, busy) if s.unavailable is None]
-    running = running_jobs(state)
+    running = running_jobs(state, busy)
     eligible = _without_refused_slot(state.eligible, refused, free)
+    # One submitter and one JobPrio among the covered jobs, and ``to_plan`` still in key order.
+    key_ordered = (view is not None and not crowded_keys and len(view.distinct("submitter")) <= 1
+                   and len(view.distinct("prio")) <= 1)
 
     def is_aged(job: Job) -> bool:
         return cycle - first_seen.get(job.key, cycle) > config.plan.age_limit_cycles
 
     def offered(jobs: Iterable[Job], kind: SlotKind) -> tuple[tuple[Job, ...], tuple[Slot, ...]]:
         """The jobs of one kind in fair-share order, and the slots their policy may use."""
-        jobs = list(jobs)
-        if len(set(map(_submitter, jobs))) <= 1 and len(set(map(_job_prio, jobs))) <= 1:
+        if key_ordered:
+            ordered: Sequence[Job] = jobs  # type: ignore[assignment]
+        elif len(set(map(_submitter, jobs := list(jobs)))) <= 1 and len(set(map(_job_prio, jobs))) <= 1:
             # One submitter, one JobPrio: fair order is key order (each job's virtual finish
             # only grows along it, ties go by key).
             ordered = sorted(jobs, key=_key_order)
@@ -785,22 +938,44 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
             ordered = fair_order(jobs, running, [s for s in state.slots if s.kind is kind], state.user_priorities)
         return tuple(ordered), tuple(s for s in free if s.kind is kind)
 
-    device_jobs, device_slots = offered([j for j in to_plan if j.request.device_memory_mb > 0], SlotKind.DEVICE)
+    device_jobs, device_slots = offered(to_plan if all_device else [j for j in to_plan if j.request.device_memory_mb > 0],
+                                        SlotKind.DEVICE)
+    kinds = view.distinct("kind") if view is not None else None
     request = PlanRequest(
         idle=device_jobs, slots=device_slots, running=running,
-        eligible=_with_device_kinds(eligible, device_jobs, device_slots), nodes=state.nodes, cycle=cycle,
+        eligible=_with_device_kinds(eligible, device_jobs, device_slots, kinds), nodes=state.nodes, cycle=cycle,
         first_seen_cycle=first_seen, profiles=config.profiles, exploration_scales=state.exploration_scales)
-    plans = [by_rank(plan_in_turns(config.device_policy, request, config.plan, is_aged, cache), request, state.ranks)]
+    if view is not None and cache is not None:
+        # ``bounded_run`` may patch its rows with the covered jobs that came and went when
+        # it plans exactly the covered jobs, as it did last cycle.
+        exact = view.patched and not pinned_jobs and len(device_jobs) == len(jobs)
+        cache.covered_changes = (view.version, view.came, view.gone) if exact else None
+    plans = [by_rank(plan_in_turns(config.device_policy, request, config.plan, is_aged, cache, key_ordered),
+                     request, state.ranks)]
     if config.spread_policy is not None:
-        spread_jobs, socket_slots = offered([j for j in compress(to_plan, map(_spread, to_plan))
+        spread_jobs, socket_slots = offered([] if view is not None and not view.counts["spread_only"] else
+                                            [j for j in compress(to_plan, map(_spread, to_plan))
                                              if j.request.device_memory_mb <= 0], SlotKind.SOCKET)
         plans.append(plan_in_turns(config.spread_policy, replace(request, idle=spread_jobs, slots=socket_slots,
                                                                  eligible=eligible), config.plan, is_aged))
     pins = tuple(_pin_of(a) for p in plans for a in p.assignments)
-    planned = set(map(_job_of, pins))
-    for p in plans:
-        planned.update(map(_job_of, p.unplaced))
-    left_out = [] if len(planned) == len(to_plan) else [
+    if cache is not None and plans[0].unplaced is cache.whole_unplaced:
+        # ``bounded_run``'s plan speaks of each job it was given once: count the others.
+        planned = set(map(_job_of, pins[len(plans[0].assignments):]))
+        for p in plans[1:]:
+            planned.update(map(_job_of, p.unplaced))
+        n_planned = len(plans[0].assignments) + len(plans[0].unplaced) + len(planned)
+        complete = n_planned == len(to_plan)
+    else:
+        planned = set(map(_job_of, pins))
+        for p in plans:
+            planned.update(map(_job_of, p.unplaced))
+        complete = len(planned) == len(to_plan)
+    if not complete:
+        planned = set(map(_job_of, pins))
+        for p in plans:
+            planned.update(map(_job_of, p.unplaced))
+    left_out = [] if complete else [
         Unplaced(j.key, "not offered this cycle: jobs ahead of it in fair-share order take the room")
         for j in to_plan if j.key not in planned]
     waiting = _Waiting()
@@ -811,6 +986,16 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
     for u in unpins:  # a refused start stays in the user's view until the job is pinned again
         if u.job in refused and u.job in reasons:
             reasons[u.job] = f"{u.reason}; now {reasons[u.job]}"
+    if view is not None:
+        view.first_seen = first_seen
     return CycleDecision(cycle, len(jobs), tuple(Assignment(j.key, j.pinned_slot) for j in kept),  # type: ignore[arg-type]
                          tuple(unpins), tuple(enrolls), pins, tuple(plans), state.skipped, first_seen, holds, reasons,
                          cache)
+
+
+def _index_of(view: CoveredJobs, job: Job) -> int:
+    """Where ``job`` is in ``view.jobs``."""
+    at = bisect_left(view.keys, job.key)
+    while view.jobs[at] is not job:
+        at += 1
+    return at
