@@ -155,7 +155,7 @@ class CoveredJobs:
             self._rebuild(state_jobs)
             return
         self.patched = True
-        gone_records = [self.seen.pop(i) for i in self.seen.keys() - set(ids)] if gone else []
+        gone_records = [self.seen.pop(i) for i in _absent(self.seen, ids)] if gone else []
         came_records = list(compress(state_jobs, map(not_, found)))
         self.seen.update(zip(map(id, came_records), came_records))
         self.gone = [j for j in gone_records if id(j) in self.live]
@@ -218,6 +218,13 @@ class CoveredJobs:
         return out
 
 
+def _absent(by_id: Mapping[int, Any], ids: Iterable[int]) -> set[int]:
+    """The keys of ``by_id`` not in ``ids`` (in C: a set of them, less ``ids``)."""
+    out = set(by_id)
+    out.difference_update(ids)
+    return out
+
+
 #: Fewest jobs a queue must hold before ``ShapeQueues`` patches itself rather than rebuild.
 _PATCH_MIN_JOBS = 256
 
@@ -245,6 +252,11 @@ class ShapeQueues:
     dead: int = 0
     #: The ``CoveredJobs.version`` whose jobs the rows are (-1: other jobs).
     version: int = -1
+    #: What each unplaced row's job is told (``waiting_reason``), kept with the rows
+    #: (``told_valid`` False: to be built again from the plan).
+    told: dict[JobKey, str] = field(default_factory=dict)
+    told_valid: bool = False
+    waiting: _Waiting = field(default_factory=lambda: _Waiting())
 
     def update(self, idle: Sequence[Job], cache: PlanCache, settings: PlanSettings) -> list[list]:
         """Follow ``idle`` (the request's jobs, all idle device jobs); the rows that came. When
@@ -275,7 +287,7 @@ class ShapeQueues:
                 or 4 * (came + gone + self.dead) > len(idle)):
             return self._rebuild(idle, cache, settings)
         if gone:
-            for i in self.live.keys() - set(ids):
+            for i in _absent(self.live, ids):
                 self._remove(self.live.pop(i))
         new_rows = [cache.row(job, settings) for job in compress(idle, map(is_, found, repeat(None)))]
         for row in new_rows:
@@ -291,6 +303,7 @@ class ShapeQueues:
         rows.sort(key=_fifo)
         self.live = dict(zip(map(id, map(_record, rows)), rows))
         self.rows, self.order, self.dead = rows, list(map(_fifo, rows)), 0
+        self.told, self.told_valid = {}, False
         self.shape_rows, self.shape_order, self.shape_reason, self.own = {}, {}, {}, []
         for row in rows:
             self.shape_rows.setdefault(row[3], []).append(row)
@@ -305,6 +318,7 @@ class ShapeQueues:
             at += 1
         self.rows[at] = _GONE
         self.dead += 1
+        self.told.pop(row[0].key, None)
         order, rows = self.shape_order[row[3]], self.shape_rows[row[3]]
         at = bisect_left(order, row[2])
         del order[at], rows[at]
@@ -649,6 +663,8 @@ def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, ca
     if cache.queues is None:
         cache.queues = ShapeQueues()
     queues = cache.queues
+    if len(queues.waiting) > 4096:  # reasons that name a cycle count grow without end
+        queues.waiting = _Waiting()
     came = queues.update(request.idle, cache, settings)
     rows = queues.rows  # in FIFO order, with ``_GONE`` in the place of rows gone
     n_rows = len(queues.live)
@@ -674,6 +690,7 @@ def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, ca
         kept_rows = list({id(r): r for r in kept_rows}.values())
     if len(kept_rows) == n_rows:
         queues.shape_reason, queues.own = {}, []  # every row's reason is set afresh next time
+        queues.told_valid = False
         return run_policy(policy, request, settings)
     kept_rows.sort(key=_fifo)
     plan = policy.plan(replace(request, idle=tuple(map(_record, kept_rows)), eligible={}), settings)
@@ -712,6 +729,10 @@ def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, ca
                     + tuple(compress(units, map(and_, map(not_, is_big), present))))
     else:
         unplaced = tuple(units) if present is None else tuple(compress(units, present))
+    if not queues.told_valid:
+        waiting = queues.waiting
+        queues.told = dict(zip(map(_job_of, unplaced), map(waiting.__getitem__, map(_reason_of, unplaced))))
+        queues.told_valid = True
     cache.whole_unplaced = unplaced
     return replace(plan, unplaced=unplaced, stats={**plan.stats, "jobs_considered": n_rows, "unplaced": len(unplaced)})
 
@@ -752,14 +773,18 @@ def _past_a_full_shape(most: dict[Capacity, int], shape_rows: Mapping[Capacity, 
 def _tell_rows(queues: ShapeQueues, kept_rows: list[list], came: list[list], shape_reason: Mapping[Capacity, str],
                placed: set[JobKey], said: Mapping[JobKey, str]) -> None:
     """Give each row its ``Unplaced`` for this cycle (placed rows: ``_NOT_YET_UNPLACED``),
-    touching only rows whose reason may have changed (``ShapeQueues``)."""
+    and its job what it is told, touching only rows whose reason may have changed (``ShapeQueues``)."""
     own = set(map(id, kept_rows))
+    told, waiting = queues.told, queues.waiting
     for r in kept_rows:
         key = r[0].key
         if key in placed:
             r[4] = _NOT_YET_UNPLACED
-        elif r[4].reason != said[key]:
+            told.pop(key, None)
+            continue
+        if r[4].reason != said[key]:
             r[4] = Unplaced(key, said[key])
+        told[key] = waiting[said[key]]
     live = queues.live
     redo = [r for r in queues.own if id(r) not in own and live.get(id(r[0])) is r]
     redo += [r for r in came if id(r) not in own]
@@ -771,6 +796,10 @@ def _tell_rows(queues: ShapeQueues, kept_rows: list[list], came: list[list], sha
         reason = shape_reason[r[3]]
         if r[4].reason != reason:
             r[4] = Unplaced(r[0].key, reason)
+            told[r[0].key] = waiting[reason]
+    for r in came:
+        if id(r) not in own:
+            told[r[0].key] = waiting[r[4].reason]
     queues.own = kept_rows
 
 
@@ -980,7 +1009,10 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
         for j in to_plan if j.key not in planned]
     waiting = _Waiting()
     reasons: dict[JobKey, str] = {}
-    for unplaced in [*(p.unplaced for p in plans), left_out]:
+    told = [*(p.unplaced for p in plans), left_out]
+    if cache is not None and cache.queues is not None and plans[0].unplaced is cache.whole_unplaced:
+        reasons, told = dict(cache.queues.told), told[1:]  # what bounded_run's rows are told, kept
+    for unplaced in told:
         reasons.update(zip(map(_job_of, unplaced), map(waiting.__getitem__, map(_reason_of, unplaced))))
     reasons.update((p.job, pin_reason(p, cycle)) for p in pins)
     for u in unpins:  # a refused start stays in the user's view until the job is pinned again
