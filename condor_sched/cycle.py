@@ -139,8 +139,10 @@ class CoveredJobs:
     version: int = 0
     #: False after a rebuild: ``came`` and ``gone`` then say nothing of the state before.
     patched: bool = False
-    #: The first-seen map the last cycle returned.
+    #: The first-seen map the last cycle returned, and the one this cycle's continued (None:
+    #: built afresh, so a job that stayed may have another first-seen cycle).
     first_seen: Mapping[JobKey, int] | None = None
+    continued_from: Mapping[JobKey, int] | None = None
 
     def update(self, state_jobs: Sequence[Job]) -> None:
         self.version += 1
@@ -205,9 +207,11 @@ class CoveredJobs:
 
     def first_seen_map(self, remembered: Mapping[JobKey, int], cycle: int) -> dict[JobKey, int]:
         """Each covered job's first-seen cycle: ``remembered``'s, else ``cycle``."""
+        self.continued_from = None
         if remembered is not self.first_seen or self.first_seen is None or not isinstance(remembered, dict):
             keys = self.keys
             return dict(zip(keys, map(remembered.get, keys, repeat(cycle))))
+        self.continued_from = remembered
         out = dict(remembered)
         came_keys = set(map(_key_order, self.came))
         for job in self.gone:
@@ -257,6 +261,13 @@ class ShapeQueues:
     told: dict[JobKey, str] = field(default_factory=dict)
     told_valid: bool = False
     waiting: _Waiting = field(default_factory=lambda: _Waiting())
+    #: Per shape, its rows in the order they starve ((first-seen cycle, FIFO) keys and rows),
+    #: kept only while the first-seen map goes on from the one they were built with (``seen_map``).
+    seen_order: dict[Capacity, list[tuple]] | None = None
+    seen_rows: dict[Capacity, list[list]] | None = None
+    seen_map: Mapping[JobKey, int] | None = None
+    seen_cycle: int = 0
+    seen_key: dict[int, tuple] = field(default_factory=dict)
 
     def update(self, idle: Sequence[Job], cache: PlanCache, settings: PlanSettings) -> list[list]:
         """Follow ``idle`` (the request's jobs, all idle device jobs); the rows that came. When
@@ -304,6 +315,8 @@ class ShapeQueues:
         self.live = dict(zip(map(id, map(_record, rows)), rows))
         self.rows, self.order, self.dead = rows, list(map(_fifo, rows)), 0
         self.told, self.told_valid = {}, False
+        self.seen_order = self.seen_rows = None
+        self.seen_key = {}
         self.shape_rows, self.shape_order, self.shape_reason, self.own = {}, {}, {}, []
         for row in rows:
             self.shape_rows.setdefault(row[3], []).append(row)
@@ -322,6 +335,14 @@ class ShapeQueues:
         order, rows = self.shape_order[row[3]], self.shape_rows[row[3]]
         at = bisect_left(order, row[2])
         del order[at], rows[at]
+        if self.seen_order is not None:
+            order, rows = self.seen_order[row[3]], self.seen_rows[row[3]]  # type: ignore[index]
+            at = bisect_left(order, self.seen_key.pop(id(row)))
+            while rows[at] is not row:
+                at += 1
+            del order[at], rows[at]
+            if not rows:
+                del self.seen_order[row[3]], self.seen_rows[row[3]]  # type: ignore[misc]
         if not rows:
             del self.shape_rows[row[3]], self.shape_order[row[3]]
             self.shape_reason.pop(row[3], None)
@@ -333,6 +354,39 @@ class ShapeQueues:
             at = bisect_left(order, row[2])
             order.insert(at, row[2])
             rows.insert(at, row)
+        if self.seen_order is not None:
+            seen = self.seen_key[id(row)] = (self.seen_map.get(row[0].key, self.seen_cycle), row[2])  # type: ignore[union-attr]
+            order, rows = self.seen_order.setdefault(row[3], []), self.seen_rows.setdefault(row[3], [])  # type: ignore[union-attr]
+            at = bisect_left(order, seen)
+            order.insert(at, seen)
+            rows.insert(at, row)
+
+    def follow_first_seen(self, first_seen: Mapping[JobKey, int], cycle: int,
+                          continued_from: Mapping[JobKey, int] | None) -> None:
+        """Before ``update``: the first-seen map of this cycle. The rows' starving order is kept
+        only while each map goes on from the last one (``continued_from``)."""
+        if self.seen_order is not None and (continued_from is None or continued_from is not self.seen_map):
+            self.seen_order = self.seen_rows = None
+            self.seen_key = {}
+        self.seen_map, self.seen_cycle = first_seen, cycle
+
+    def starving_rows(self, limit: int) -> dict[Capacity, list[list]]:
+        """Per shape, its rows of jobs idle more than ``limit`` cycles, longest-starving first
+        (first-seen cycle, then FIFO; built when first asked, then kept with the rows)."""
+        first_seen, cycle = self.seen_map, self.seen_cycle
+        if self.seen_order is None:
+            self.seen_order, self.seen_rows, self.seen_key = {}, {}, {}
+            for need, members in self.shape_rows.items():
+                ranked = sorted(((first_seen.get(r[0].key, cycle), r[2]), r) for r in members)  # type: ignore[union-attr]
+                self.seen_order[need] = [k for k, _ in ranked]
+                self.seen_rows[need] = [r for _, r in ranked]
+                self.seen_key.update((id(r), k) for k, r in ranked)
+        out = {}
+        for need, order in self.seen_order.items():
+            n = bisect_left(order, (cycle - limit,))
+            if n:
+                out[need] = self.seen_rows[need][:n]  # type: ignore[index]
+        return out
 
 
 #: What takes a gone row's place in ``ShapeQueues.rows`` (its ``Unplaced`` is never listed).
@@ -665,15 +719,16 @@ def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, ca
     queues = cache.queues
     if len(queues.waiting) > 4096:  # reasons that name a cycle count grow without end
         queues.waiting = _Waiting()
+    continued = cache.covered.continued_from if cache.covered is not None else None
+    queues.follow_first_seen(request.first_seen_cycle, request.cycle, continued)
     came = queues.update(request.idle, cache, settings)
     rows = queues.rows  # in FIFO order, with ``_GONE`` in the place of rows gone
     n_rows = len(queues.live)
     cache.forget_all_but(n_rows)
     cycle, first_seen, limit = request.cycle, request.first_seen_cycle, settings.age_limit_cycles
-    starving: list[list] = []
+    starving: dict[Capacity, list[list]] = {}
     if first_seen and cycle - min(first_seen.values()) > limit:
-        aged = [(first_seen.get(r[0].key, cycle), r[2], r) for r in queues.live.values()]
-        starving = [r for seen, _, r in sorted(aged, key=itemgetter(0, 1)) if cycle - seen > limit]
+        starving = queues.starving_rows(limit)
     extra = 2 + (len(device_slots) if starving else 0)
     shapes = list(queues.shape_rows)
     most = dict(zip(shapes, _most_per_shape(shapes, caps, device_slots, extra)))
@@ -681,12 +736,7 @@ def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, ca
         _past_a_full_shape(most, queues.shape_rows)
     kept_rows = [r for need in shapes for r in queues.shape_rows[need][:most[need]]]
     if starving:
-        count: dict[Capacity, int] = {}
-        for r in starving:
-            n = count.get(r[3], 0)
-            if n < most[r[3]]:
-                count[r[3]] = n + 1
-                kept_rows.append(r)
+        kept_rows += [r for need, rows_ in starving.items() for r in rows_[:most[need]]]
         kept_rows = list({id(r): r for r in kept_rows}.values())
     if len(kept_rows) == n_rows:
         queues.shape_reason, queues.own = {}, []  # every row's reason is set afresh next time

@@ -280,8 +280,13 @@ def place_starving(jobs: Sequence[Job], state: DeviceState, settings: PlanSettin
         return list(jobs)
     starving.sort(key=lambda j: (-ages[j.key], job_order(j)))
     done: set[JobKey] = set()
+    # Residuals only shrink and reserved devices only grow: once a job of a shape can be
+    # neither placed nor given a device, no later job of that shape can.
+    hopeless: set[Capacity] = set()
     for job in starving:
         need = demand(job, settings)
+        if need in hopeless:
+            continue
         open_slots = [s for s in state.open_slots() if s.total.device_threads >= job.request.device_threads]
         now = [s for s in open_slots if fits(need, state.residual[s.name])]
         if now:
@@ -295,6 +300,8 @@ def place_starving(jobs: Sequence[Job], state: DeviceState, settings: PlanSettin
             state.reserved.add(best.name)
             state.notes[job.key] = f"starving (idle {ages[job.key]} cycles): reserved {best.name} to drain"
             done.add(job.key)
+        else:
+            hopeless.add(need)
     return [j for j in jobs if j.key not in done]
 
 

@@ -141,9 +141,11 @@ def test_the_next_memory_carries_the_cache_and_plan_starts_without_one():
     assert len(first.pins) == 4 and len(first.plans[0].unplaced) == 46
 
 
-def test_a_large_queue_is_followed_by_its_changes_and_decides_the_same(monkeypatch):
-    """Past ``_PATCH_MIN_JOBS`` the cycle patches its covered jobs and each shape's rows with
-    what came and went (``CoveredJobs``, ``ShapeQueues``) rather than rebuild them."""
+@pytest.mark.parametrize("age", [10**6, 3])
+def test_a_large_queue_is_followed_by_its_changes_and_decides_the_same(monkeypatch, age):
+    """Past ``_PATCH_MIN_JOBS`` the cycle patches its covered jobs and each shape's rows (and,
+    with aging, their starving order) with what came and went (``CoveredJobs``,
+    ``ShapeQueues``) rather than rebuild them."""
     from condor_sched import cycle
 
     rebuilds = {"covered": 0, "shapes": 0}  # of a long queue
@@ -157,7 +159,7 @@ def test_a_large_queue_is_followed_by_its_changes_and_decides_the_same(monkeypat
 
     monkeypatch.setattr(cycle.CoveredJobs, "_rebuild", count("covered", covered_rebuild))
     monkeypatch.setattr(cycle.ShapeQueues, "_rebuild", count("shapes", shapes_rebuild))
-    settings = PlanSettings(age_limit_cycles=10**6)
+    settings = PlanSettings(age_limit_cycles=age)
     result, spy, decided = _checked_run("knapsack", table1_jobs(1500, 2), 8, settings)
     assert all(r.end_s is not None for r in result.jobs)
     long_queue_cycles = sum(1 for n in decided if n >= 4 * cycle._PATCH_MIN_JOBS)
