@@ -14,6 +14,11 @@ ad does not count yet hold, order the rest of the idle covered jobs by fair shar
 (``fairshare``), plan them (device jobs with the device policy on device slots, spread jobs
 with the spread policy on socket slots, each job only on its eligible slots) and pin what
 was placed. Every idle covered job left idle gets a reason (``CoSchedPinReason``).
+
+With a cache (``CycleMemory.cache``, ``CycleConfig.bounded``), a cycle follows only the job
+records that came and went since the last one (``CoveredJobs``, ``ShapeQueues``) and plans
+``BOUNDED_POLICIES`` on the jobs that can matter (``bounded_run``); the decision is the one
+planning the whole queue afresh gives (``tests/unit/test_incremental_cycle.py``).
 """
 from __future__ import annotations
 
