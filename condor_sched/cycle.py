@@ -14,15 +14,20 @@ ad does not count yet hold, order the rest of the idle covered jobs by fair shar
 (``fairshare``), plan them (device jobs with the device policy on device slots, spread jobs
 with the spread policy on socket slots, each job only on its eligible slots) and pin what
 was placed. Every idle covered job left idle gets a reason (``CoSchedPinReason``).
+
+With a cache (``CycleMemory.cache``, ``CycleConfig.bounded``), a cycle follows only the job
+records that came and went since the last one (``CoveredJobs``, ``ShapeQueues``) and plans
+``BOUNDED_POLICIES`` on the jobs that can matter (``bounded_run``); the decision is the one
+planning the whole queue afresh gives (``tests/unit/test_incremental_cycle.py``).
 """
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass, field, replace
-from itertools import repeat
 from collections import Counter
-from itertools import compress
-from operator import and_, attrgetter, is_, is_not, itemgetter, ne, not_
+from itertools import compress, repeat
+from operator import and_, attrgetter, is_, is_not, itemgetter, not_
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -101,10 +106,296 @@ class PlanCache:
                                         _NOT_YET_UNPLACED]
         return row
 
+    #: The rows of the last bounded plan's idle jobs (``ShapeQueues``), kept from cycle to cycle.
+    queues: ShapeQueues | None = None
+    #: The covered idle jobs of the last state (``CoveredJobs``).
+    covered: CoveredJobs | None = None
+    #: This cycle's (``CoveredJobs.version``, came, gone) when the device plan gets exactly
+    #: the covered jobs, else None; and the unplaced jobs of this cycle's ``bounded_run``.
+    covered_changes: tuple[int, list[Job], list[Job]] | None = None
+    whole_unplaced: tuple[Unplaced, ...] | None = None
+
     def forget_all_but(self, live: int) -> None:
         """Drop every entry when those of jobs gone outnumber the ``live`` ones (bounded size)."""
         if len(self.rows) > 2 * live + 1024:
             self.rows, self.too_big = {}, {}
+            if self.queues is not None:
+                self.rows.update(self.queues.live)
+
+
+@dataclass(slots=True)
+class CoveredJobs:
+    """The covered idle jobs of the last state (``covered``) in key order, patched from one
+    cycle to the next with the records that came and went (found by identity, one pass over
+    the state's jobs), with what the cycle's shortcuts ask of them: their pinned records, how
+    many are not device jobs, spread or lack the pin clause, and their submitters, JobPrio
+    values and device kinds. A source that builds new records every cycle gets a rebuild."""
+
+    #: id(record) -> record, every job of the last state (whatever its status), and the covered ones.
+    seen: dict[int, Job] = field(default_factory=dict)
+    live: dict[int, Job] = field(default_factory=dict)
+    jobs: list[Job] = field(default_factory=list)
+    keys: list[JobKey] = field(default_factory=list)
+    pinned: dict[int, Job] = field(default_factory=dict)
+    counts: Counter = field(default_factory=Counter)
+    #: Covered records that came and went in the last update, and the update's number.
+    came: list[Job] = field(default_factory=list)
+    gone: list[Job] = field(default_factory=list)
+    version: int = 0
+    #: False after a rebuild: ``came`` and ``gone`` then say nothing of the state before.
+    patched: bool = False
+    #: The first-seen map the last cycle returned, and the one this cycle's continued (None:
+    #: built afresh, so a job that stayed may have another first-seen cycle).
+    first_seen: Mapping[JobKey, int] | None = None
+    continued_from: Mapping[JobKey, int] | None = None
+
+    def update(self, state_jobs: Sequence[Job]) -> None:
+        self.version += 1
+        ids = list(map(id, state_jobs))
+        found = list(map(self.seen.__contains__, ids))
+        came = found.count(False)
+        gone = len(self.seen) - (len(state_jobs) - came)
+        if not came and not gone:
+            self.came, self.gone, self.patched = [], [], True
+            return
+        if 4 * (came + gone) > len(state_jobs):
+            self._rebuild(state_jobs)
+            return
+        self.patched = True
+        gone_records = [self.seen.pop(i) for i in _absent(self.seen, ids)] if gone else []
+        came_records = list(compress(state_jobs, map(not_, found)))
+        self.seen.update(zip(map(id, came_records), came_records))
+        self.gone = [j for j in gone_records if id(j) in self.live]
+        self.came = [j for j in came_records if covered(j)]
+        for job in self.gone:
+            del self.live[id(job)]
+            self.pinned.pop(id(job), None)
+            self._count(job, -1)
+            at = bisect_left(self.keys, job.key)
+            while self.jobs[at] is not job:
+                at += 1
+            del self.jobs[at], self.keys[at]
+        for job in self.came:
+            self._add(job)
+            at = bisect_left(self.keys, job.key)
+            self.keys.insert(at, job.key)
+            self.jobs.insert(at, job)
+
+    def _rebuild(self, state_jobs: Sequence[Job]) -> None:
+        self.seen = dict(zip(map(id, state_jobs), state_jobs))
+        self.jobs = _covered_idle(state_jobs)
+        self.keys = list(map(_key_order, self.jobs))
+        self.live, self.pinned, self.counts = {}, {}, Counter()
+        for job in self.jobs:
+            self._add(job)
+        self.came, self.gone, self.first_seen, self.patched = list(self.jobs), [], None, False
+
+    def _add(self, job: Job) -> None:
+        self.live[id(job)] = job
+        if job.pinned_slot is not None or job.pinned_cycle is not None:
+            self.pinned[id(job)] = job
+        self._count(job, 1)
+
+    def _count(self, job: Job, n: int) -> None:
+        counts = self.counts
+        counts[("submitter", job.submitter)] += n
+        counts[("prio", job.job_prio)] += n
+        if job.request.device_memory_mb > 0:
+            counts[("kind", job.device_kind or DEFAULT_KIND)] += n
+        else:
+            counts["not_device"] += n
+            counts["spread_only"] += n if job.spread else 0
+        counts["no_pin_clause"] += 0 if job.has_pin_clause else n
+
+    def distinct(self, what: str) -> set:
+        return {k[1] for k, n in self.counts.items() if isinstance(k, tuple) and k[0] == what and n > 0}
+
+    def first_seen_map(self, remembered: Mapping[JobKey, int], cycle: int) -> dict[JobKey, int]:
+        """Each covered job's first-seen cycle: ``remembered``'s, else ``cycle``."""
+        self.continued_from = None
+        if remembered is not self.first_seen or self.first_seen is None or not isinstance(remembered, dict):
+            keys = self.keys
+            return dict(zip(keys, map(remembered.get, keys, repeat(cycle))))
+        self.continued_from = remembered
+        out = dict(remembered)
+        came_keys = set(map(_key_order, self.came))
+        for job in self.gone:
+            if job.key not in came_keys:
+                out.pop(job.key, None)
+        for key in came_keys:
+            out[key] = remembered.get(key, cycle)
+        return out
+
+
+def _absent(by_id: Mapping[int, Any], ids: Iterable[int]) -> set[int]:
+    """The keys of ``by_id`` not in ``ids`` (in C: a set of them, less ``ids``)."""
+    out = set(by_id)
+    out.difference_update(ids)
+    return out
+
+
+#: Fewest jobs a queue must hold before ``ShapeQueues`` patches itself rather than rebuild.
+_PATCH_MIN_JOBS = 256
+
+
+@dataclass(slots=True)
+class ShapeQueues:
+    """A bounded plan's idle jobs as PlanCache rows, in FIFO order overall (``rows``) and per
+    demand shape (``by_shape``), patched from one cycle to the next with the rows of records
+    that came and went (found by identity), so a cycle's work follows what changed. Each row's
+    last ``Unplaced`` stays right from cycle to cycle: a row gets its shape's reason when it
+    comes, when its shape's reason changes, or when the plan stops speaking of it alone."""
+
+    granularity_mb: int = -1
+    #: id(job record) -> row, for the records of the last request.
+    live: dict[int, list] = field(default_factory=dict)
+    #: FIFO keys and rows, overall and per shape (sorted together).
+    order: list[tuple] = field(default_factory=list)
+    rows: list[list] = field(default_factory=list)
+    shape_order: dict[Capacity, list[tuple]] = field(default_factory=dict)
+    shape_rows: dict[Capacity, list[list]] = field(default_factory=dict)
+    #: The reason each shape's rows were last given, and the rows the plan spoke of alone.
+    shape_reason: dict[Capacity, str] = field(default_factory=dict)
+    own: list[list] = field(default_factory=list)
+    #: ``_GONE`` entries in ``rows`` (a rebuild clears them).
+    dead: int = 0
+    #: The ``CoveredJobs.version`` whose jobs the rows are (-1: other jobs).
+    version: int = -1
+    #: What each unplaced row's job is told (``waiting_reason``), kept with the rows
+    #: (``told_valid`` False: to be built again from the plan).
+    told: dict[JobKey, str] = field(default_factory=dict)
+    told_valid: bool = False
+    waiting: _Waiting = field(default_factory=lambda: _Waiting())
+    #: Per shape, its rows in the order they starve ((first-seen cycle, FIFO) keys and rows),
+    #: kept only while the first-seen map goes on from the one they were built with (``seen_map``).
+    seen_order: dict[Capacity, list[tuple]] | None = None
+    seen_rows: dict[Capacity, list[list]] | None = None
+    seen_map: Mapping[JobKey, int] | None = None
+    seen_cycle: int = 0
+    seen_key: dict[int, tuple] = field(default_factory=dict)
+
+    def update(self, idle: Sequence[Job], cache: PlanCache, settings: PlanSettings) -> list[list]:
+        """Follow ``idle`` (the request's jobs, all idle device jobs); the rows that came. When
+        ``idle`` is the covered jobs, as last cycle, their changes (``cache.covered_changes``)
+        say what came and went without a pass over the queue."""
+        changes, last = cache.covered_changes, self.version
+        self.version = -1 if changes is None else changes[0]
+        if (changes is not None and last == changes[0] - 1 and self.granularity_mb == settings.memory_granularity_mb
+                and len(idle) >= _PATCH_MIN_JOBS and 4 * (len(changes[1]) + len(changes[2]) + self.dead) <= len(idle)):
+            gone_rows = [self.live.pop(id(job), None) for job in changes[2]]
+            if None not in gone_rows:
+                for row in gone_rows:
+                    self._remove(row)
+                came_rows = [cache.row(job, settings) for job in changes[1]]
+                for row in came_rows:
+                    self.live[id(row[0])] = row
+                    self._insert(row)
+                if len(self.live) == len(idle):
+                    return came_rows
+            return self._rebuild(idle, cache, settings)
+        ids = list(map(id, idle))
+        found = list(map(self.live.get, ids))
+        came = found.count(None)
+        gone = len(self.live) - (len(idle) - came)
+        if not came and not gone and self.granularity_mb == settings.memory_granularity_mb:
+            return []
+        if (self.granularity_mb != settings.memory_granularity_mb or len(idle) < _PATCH_MIN_JOBS
+                or 4 * (came + gone + self.dead) > len(idle)):
+            return self._rebuild(idle, cache, settings)
+        if gone:
+            for i in _absent(self.live, ids):
+                self._remove(self.live.pop(i))
+        new_rows = [cache.row(job, settings) for job in compress(idle, map(is_, found, repeat(None)))]
+        for row in new_rows:
+            self.live[id(row[0])] = row
+            self._insert(row)
+        return new_rows
+
+    def _rebuild(self, idle: Sequence[Job], cache: PlanCache, settings: PlanSettings) -> list[list]:
+        if cache.granularity_mb != settings.memory_granularity_mb and idle:
+            cache.row(idle[0], settings)  # resets the cache
+        self.granularity_mb = settings.memory_granularity_mb
+        rows = [cache.row(job, settings) for job in idle]
+        rows.sort(key=_fifo)
+        self.live = dict(zip(map(id, map(_record, rows)), rows))
+        self.rows, self.order, self.dead = rows, list(map(_fifo, rows)), 0
+        self.told, self.told_valid = {}, False
+        self.seen_order = self.seen_rows = None
+        self.seen_key = {}
+        self.shape_rows, self.shape_order, self.shape_reason, self.own = {}, {}, {}, []
+        for row in rows:
+            self.shape_rows.setdefault(row[3], []).append(row)
+        for need, members in self.shape_rows.items():
+            self.shape_order[need] = list(map(_fifo, members))
+        return rows
+
+    def _remove(self, row: list) -> None:
+        """Out of its shape's lists; in the FIFO list, ``_GONE`` takes its place (no shift)."""
+        at = bisect_left(self.order, row[2])
+        while self.rows[at] is not row:
+            at += 1
+        self.rows[at] = _GONE
+        self.dead += 1
+        self.told.pop(row[0].key, None)
+        order, rows = self.shape_order[row[3]], self.shape_rows[row[3]]
+        at = bisect_left(order, row[2])
+        del order[at], rows[at]
+        if self.seen_order is not None:
+            order, rows = self.seen_order[row[3]], self.seen_rows[row[3]]  # type: ignore[index]
+            at = bisect_left(order, self.seen_key.pop(id(row)))
+            while rows[at] is not row:
+                at += 1
+            del order[at], rows[at]
+            if not rows:
+                del self.seen_order[row[3]], self.seen_rows[row[3]]  # type: ignore[misc]
+        if not rows:
+            del self.shape_rows[row[3]], self.shape_order[row[3]]
+            self.shape_reason.pop(row[3], None)
+
+    def _insert(self, row: list) -> None:
+        if row[3] not in self.shape_rows:
+            self.shape_rows[row[3]], self.shape_order[row[3]] = [], []
+        for order, rows in ((self.order, self.rows), (self.shape_order[row[3]], self.shape_rows[row[3]])):
+            at = bisect_left(order, row[2])
+            order.insert(at, row[2])
+            rows.insert(at, row)
+        if self.seen_order is not None:
+            seen = self.seen_key[id(row)] = (self.seen_map.get(row[0].key, self.seen_cycle), row[2])  # type: ignore[union-attr]
+            order, rows = self.seen_order.setdefault(row[3], []), self.seen_rows.setdefault(row[3], [])  # type: ignore[union-attr]
+            at = bisect_left(order, seen)
+            order.insert(at, seen)
+            rows.insert(at, row)
+
+    def follow_first_seen(self, first_seen: Mapping[JobKey, int], cycle: int,
+                          continued_from: Mapping[JobKey, int] | None) -> None:
+        """Before ``update``: the first-seen map of this cycle. The rows' starving order is kept
+        only while each map goes on from the last one (``continued_from``)."""
+        if self.seen_order is not None and (continued_from is None or continued_from is not self.seen_map):
+            self.seen_order = self.seen_rows = None
+            self.seen_key = {}
+        self.seen_map, self.seen_cycle = first_seen, cycle
+
+    def starving_rows(self, limit: int) -> dict[Capacity, list[list]]:
+        """Per shape, its rows of jobs idle more than ``limit`` cycles, longest-starving first
+        (first-seen cycle, then FIFO; built when first asked, then kept with the rows)."""
+        first_seen, cycle = self.seen_map, self.seen_cycle
+        if self.seen_order is None:
+            self.seen_order, self.seen_rows, self.seen_key = {}, {}, {}
+            for need, members in self.shape_rows.items():
+                ranked = sorted(((first_seen.get(r[0].key, cycle), r[2]), r) for r in members)  # type: ignore[union-attr]
+                self.seen_order[need] = [k for k, _ in ranked]
+                self.seen_rows[need] = [r for _, r in ranked]
+                self.seen_key.update((id(r), k) for k, r in ranked)
+        out = {}
+        for need, order in self.seen_order.items():
+            n = bisect_left(order, (cycle - limit,))
+            if n:
+                out[need] = self.seen_rows[need][:n]  # type: ignore[index]
+        return out
+
+
+#: What takes a gone row's place in ``ShapeQueues.rows`` (its ``Unplaced`` is never listed).
+_GONE: list = [None, False, None, None, _NOT_YET_UNPLACED]
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,13 +624,16 @@ def free_after_pins(state: PoolState, decision: CycleDecision) -> list[Slot]:
 
 
 def _with_device_kinds(eligible: Mapping[JobKey, frozenset[str]], jobs: Iterable[Job],
-                       slots: Iterable[Slot]) -> Mapping[JobKey, frozenset[str]]:
+                       slots: Iterable[Slot], kinds: set[str] | None = None) -> Mapping[JobKey, frozenset[str]]:
     """``eligible`` narrowed so that a device job may use only the slots of its device kind
-    (unchanged while every job and slot is of one kind; a record without one is of the default kind)."""
-    jobs = list(jobs)
+    (unchanged while every job and slot is of one kind; a record without one is of the default
+    kind). ``kinds``: device kinds that include every job's, when the caller knows them."""
     by_kind: dict[str, set[str]] = {}
     for slot in slots:
         by_kind.setdefault(slot.device_kind or DEFAULT_KIND, set()).add(slot.name)
+    if len(by_kind) <= 1 and kinds is not None and kinds <= set(by_kind):
+        return eligible
+    jobs = list(jobs)
     if len(by_kind) <= 1 and {k or DEFAULT_KIND for k in set(map(attrgetter("device_kind"), jobs))} <= set(by_kind):
         return eligible
     narrowed = dict(eligible)
@@ -415,64 +709,48 @@ BOUNDED_POLICIES = frozenset({"knapsack", "exclusive"})
 def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, cache: PlanCache) -> Plan:
     """``run_policy`` for a policy of ``BOUNDED_POLICIES`` on a queue every job of which may use
     every slot, and equal to it, planning only the jobs that can matter. Of each demand shape,
-    L = (most jobs of the shape the free capacity holds) + 2, plus the number of devices when
-    some job starves: the policy gets the shape's L oldest jobs and its L longest-starving
-    ones. No plan places more of a shape or looks further down it (a device's candidates of a
-    shape are at most what its residual holds), and once a starving job of a shape can neither
-    be placed nor reserve a device, no later one of its shape can (residuals only shrink).
-    Each job left out is unplaced for the reason ``finish_plan`` gives its shape (too big, or
-    why the final residuals cannot take it)."""
+    L = (the jobs of the shape each device's free capacity holds, summed over the devices) + 2,
+    plus the number of devices when some job starves: the policy gets the shape's L oldest
+    jobs and its L longest-starving ones. No plan places more of a shape or looks further down
+    it (a device's candidates of a shape are at most what its residual holds, and residuals
+    only shrink), and once a starving job of a shape can neither be placed nor reserve a
+    device, no later one of its shape can. Each job left out is unplaced for the reason
+    ``finish_plan`` gives its shape (too big, or why the final residuals cannot take it).
+    The queue's rows are kept per shape from cycle to cycle (``ShapeQueues``)."""
     device_slots = [s for s in request.slots if s.kind is SlotKind.DEVICE]
     caps = [free_capacity(s, settings) for s in device_slots]
-    free = [sum(column) for column in zip(*caps)] or [0] * len(Capacity._fields)
-    idle = request.idle
-    if cache.granularity_mb != settings.memory_granularity_mb and idle:
-        cache.row(idle[0], settings)  # resets the cache
-    found = list(map(cache.rows.get, map(id, idle), repeat(_NO_ROW)))
-    for i in list(compress(range(len(idle)), map(is_not, map(_record, found), idle))):
-        found[i] = cache.row(idle[i], settings)
-    rows = list(compress(found, map(_for_device, found)))
-    rows.sort(key=_fifo)
-    cache.forget_all_but(len(request.idle))
+    if cache.queues is None:
+        cache.queues = ShapeQueues()
+    queues = cache.queues
+    if len(queues.waiting) > 4096:  # reasons that name a cycle count grow without end
+        queues.waiting = _Waiting()
+    continued = cache.covered.continued_from if cache.covered is not None else None
+    queues.follow_first_seen(request.first_seen_cycle, request.cycle, continued)
+    came = queues.update(request.idle, cache, settings)
+    rows = queues.rows  # in FIFO order, with ``_GONE`` in the place of rows gone
+    n_rows = len(queues.live)
+    cache.forget_all_but(n_rows)
     cycle, first_seen, limit = request.cycle, request.first_seen_cycle, settings.age_limit_cycles
-    starving: list[list] = []
+    starving: dict[Capacity, list[list]] = {}
     if first_seen and cycle - min(first_seen.values()) > limit:
-        aged = [(first_seen.get(r[0].key, cycle), r[2], r) for r in rows]
-        starving = [r for seen, _, r in sorted(aged, key=itemgetter(0, 1)) if cycle - seen > limit]
+        starving = queues.starving_rows(limit)
     extra = 2 + (len(device_slots) if starving else 0)
-    total = Counter(map(_shape, rows))
-    most = {need: min((f // d for f, d in zip(free, need) if d > 0), default=math.inf) + extra for need in total}
-    # Shapes with no more jobs than they can use: every job of theirs is kept (one pass in C).
-    whole = {need for need, n in total.items() if n <= most[need]}
-    whole_rows = list(compress(rows, map(whole.__contains__, map(_shape, rows)))) if whole else []
-    keep = set(map(id, whole_rows))  # id(row) of the rows the policy gets
-    first: dict[Capacity, list] = {}  # each shape's first row (oldest job)
-    for r in whole_rows:
-        first.setdefault(r[3], r)
-    for ordered, skip in ((rows, whole), (starving, ())):
-        count: dict[Capacity, int] = {}
-        full, open_shapes = 0, len(total) - len(skip)
-        for r in ordered if open_shapes else ():
-            need = r[3]
-            if need in skip:
-                continue
-            n = count.get(need, 0)
-            if n < most[need]:
-                if n == 0 and need not in first:
-                    first[need] = r
-                count[need] = n + 1
-                keep.add(id(r))
-                if n + 1 == most[need]:
-                    full += 1
-                    if full == open_shapes:
-                        break  # every shape has all the jobs it can use
-    if len(keep) == len(rows):
+    shapes = list(queues.shape_rows)
+    most = dict(zip(shapes, _most_per_shape(shapes, caps, device_slots, extra)))
+    if policy.name == "knapsack" and not starving:
+        _past_a_full_shape(most, queues.shape_rows)
+    kept_rows = [r for need in shapes for r in queues.shape_rows[need][:most[need]]]
+    if starving:
+        kept_rows += [r for need, rows_ in starving.items() for r in rows_[:most[need]]]
+        kept_rows = list({id(r): r for r in kept_rows}.values())
+    if len(kept_rows) == n_rows:
+        queues.shape_reason, queues.own = {}, []  # every row's reason is set afresh next time
+        queues.told_valid = False
         return run_policy(policy, request, settings)
-    kept_at = list(compress(range(len(rows)), map(keep.__contains__, map(id, rows))))
-    kept = [rows[i] for i in kept_at]  # in FIFO order
-    plan = policy.plan(replace(request, idle=tuple(r[0] for r in kept), eligible={}), settings)
+    kept_rows.sort(key=_fifo)
+    plan = policy.plan(replace(request, idle=tuple(map(_record, kept_rows)), eligible={}), settings)
     said = {u.job: u.reason for u in plan.unplaced}
-    need_of = {r[0].key: r[3] for r in kept}
+    need_of = {r[0].key: r[3] for r in kept_rows}
     reserved = set(plan.stats.get("reserved_devices", ()))
     open_caps = {s.name: list(c) for s, c in zip(device_slots, caps) if s.name not in reserved}
     for a in plan.assignments:
@@ -480,37 +758,104 @@ def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, ca
             open_caps[a.slot] = [c - n for c, n in zip(open_caps[a.slot], need_of[a.job])]
     residual = np.array(list(open_caps.values()), dtype=np.int64).reshape(-1, len(Capacity._fields))
     hardware = np.array([s.total.device_threads for s in device_slots if s.name in open_caps], dtype=np.int64)
-    shape_reason: dict[Capacity, str] = {}
-    too_big: set[Capacity] = set()
     totals = tuple(s.total for s in device_slots)
     if totals != cache.totals:  # the same records cycle after cycle: compared by identity
         cache.totals, cache.too_big = totals, {}
-    for need, r in first.items():
-        if need not in shape_reason:
-            memo = (need, r[0].request.device_memory_mb)
-            if memo not in cache.too_big:
-                bad = split_too_big([r[0]], device_slots, settings)[1]
-                cache.too_big[memo] = bad[0].reason if bad else None
-            if cache.too_big[memo] is not None:
-                too_big.add(need)
-            shape_reason[need] = cache.too_big[memo] or not_fitted_reason(need, residual, hardware)
+    shape_reason: dict[Capacity, str] = {}
+    too_big: set[Capacity] = set()
+    for need in shapes:
+        first = queues.shape_rows[need][0][0]
+        memo = (need, first.request.device_memory_mb)
+        if memo not in cache.too_big:
+            bad = split_too_big([first], device_slots, settings)[1]
+            cache.too_big[memo] = bad[0].reason if bad else None
+        if cache.too_big[memo] is not None:
+            too_big.add(need)
+        shape_reason[need] = cache.too_big[memo] or not_fitted_reason(need, residual, hardware)
     placed = set(map(_job_of, plan.assignments))
-    # Each row's reason (None: placed): its shape's, or what the plan said of a job it got.
-    want: list[str | None] = list(map(shape_reason.__getitem__, map(_shape, rows)))
-    for i, r in zip(kept_at, kept):
-        key = r[0].key
-        want[i] = None if key in placed else said[key]
-    for i in list(compress(range(len(rows)), map(ne, map(_reason_of, map(_last_unplaced, rows)), want))):
-        if want[i] is not None:
-            rows[i][4] = Unplaced(rows[i][0].key, want[i])
-    units, present = list(map(_last_unplaced, rows)), list(map(is_not, want, repeat(None)))
+    _tell_rows(queues, kept_rows, came, shape_reason, placed, said)
+    units = list(map(_last_unplaced, rows))
+    present = list(map(is_not, units, repeat(_NOT_YET_UNPLACED))) if placed or queues.dead else None
     if too_big:
         is_big = list(map(too_big.__contains__, map(_shape, rows)))
+        if present is None:
+            present = [True] * len(rows)
         unplaced = (tuple(compress(units, map(and_, is_big, present)))
                     + tuple(compress(units, map(and_, map(not_, is_big), present))))
     else:
-        unplaced = tuple(compress(units, present))
-    return replace(plan, unplaced=unplaced, stats={**plan.stats, "jobs_considered": len(rows), "unplaced": len(unplaced)})
+        unplaced = tuple(units) if present is None else tuple(compress(units, present))
+    if not queues.told_valid:
+        waiting = queues.waiting
+        queues.told = dict(zip(map(_job_of, unplaced), map(waiting.__getitem__, map(_reason_of, unplaced))))
+        queues.told_valid = True
+    cache.whole_unplaced = unplaced
+    return replace(plan, unplaced=unplaced, stats={**plan.stats, "jobs_considered": n_rows, "unplaced": len(unplaced)})
+
+
+def _most_per_shape(shapes: Sequence[Capacity], caps: Sequence[Capacity], device_slots: Sequence[Slot],
+                    extra: int) -> list[int]:
+    """Per shape, how many of its jobs the devices' free ``caps`` hold, each device on its own
+    (a device that has fewer hardware threads than a job asks holds none), summed, plus ``extra``."""
+    if not shapes:
+        return []
+    need = np.array(shapes, dtype=np.int64)  # shapes x dimensions
+    free = np.array(caps, dtype=np.int64).reshape(-1, len(Capacity._fields))  # devices x dimensions
+    per_dim = np.where(need[None, :, :] > 0, free[:, None, :] // np.maximum(need[None, :, :], 1), 1 << 40)
+    per_device = per_dim.min(axis=2)
+    hardware = np.array([s.total.device_threads for s in device_slots], dtype=np.int64)
+    per_device[hardware[:, None] < need[None, :, 1]] = 0
+    return (per_device.sum(axis=0) + extra).tolist()
+
+
+def _past_a_full_shape(most: dict[Capacity, int], shape_rows: Mapping[Capacity, list]) -> None:
+    """Knapsack only, no job starving: a shape none of whose jobs any device can take, set to 0.
+    Within a class (``ShapeClass``), a device's candidates are the smallest-memory shapes'
+    jobs first (``JobPool.candidates``); once a shape has more jobs than all devices can take
+    of it, each device's candidates stop at it (its jobs use up the class's count or the
+    memory a bigger shape would need), and so do the jobs taken (``take_from_class``)."""
+    by_class: dict[Any, list[Capacity]] = {}
+    for need in most:
+        by_class.setdefault(need.shape_class, []).append(need)
+    for members in by_class.values():
+        members.sort(key=attrgetter("device_memory_granules"))
+        for i, need in enumerate(members):
+            if len(shape_rows[need]) > most[need]:
+                for later in members[i + 1:]:
+                    most[later] = 0
+                break
+
+
+def _tell_rows(queues: ShapeQueues, kept_rows: list[list], came: list[list], shape_reason: Mapping[Capacity, str],
+               placed: set[JobKey], said: Mapping[JobKey, str]) -> None:
+    """Give each row its ``Unplaced`` for this cycle (placed rows: ``_NOT_YET_UNPLACED``),
+    and its job what it is told, touching only rows whose reason may have changed (``ShapeQueues``)."""
+    own = set(map(id, kept_rows))
+    told, waiting = queues.told, queues.waiting
+    for r in kept_rows:
+        key = r[0].key
+        if key in placed:
+            r[4] = _NOT_YET_UNPLACED
+            told.pop(key, None)
+            continue
+        if r[4].reason != said[key]:
+            r[4] = Unplaced(key, said[key])
+        told[key] = waiting[said[key]]
+    live = queues.live
+    redo = [r for r in queues.own if id(r) not in own and live.get(id(r[0])) is r]
+    redo += [r for r in came if id(r) not in own]
+    for need, reason in shape_reason.items():
+        if queues.shape_reason.get(need) != reason:
+            queues.shape_reason[need] = reason
+            redo += [r for r in queues.shape_rows[need] if id(r) not in own]
+    for r in redo:
+        reason = shape_reason[r[3]]
+        if r[4].reason != reason:
+            r[4] = Unplaced(r[0].key, reason)
+            told[r[0].key] = waiting[reason]
+    for r in came:
+        if id(r) not in own:
+            told[r[0].key] = waiting[r[4].reason]
+    queues.own = kept_rows
 
 
 #: Most turns a cycle gives a policy when several submitters wait (each turn is one policy run).
@@ -518,16 +863,18 @@ MAX_TURNS = 4
 
 
 def plan_in_turns(policy: Policy, request: PlanRequest, settings: PlanSettings,
-                  is_aged: Callable[[Job], bool], cache: PlanCache | None = None) -> Plan:
+                  is_aged: Callable[[Job], bool], cache: PlanCache | None = None,
+                  one_submitter: bool = False) -> Plan:
     """``run_policy`` on ``request.idle`` in fair-share order (``fairshare``): with one
     submitter, one run over every job; with several, turns as the negotiator's pie spins:
     each turn offers the fair-order prefix that fits what is still free (plus every aged job)
     and the next turn goes on with the rest, until a turn places nothing or ``MAX_TURNS``. So
     the packing chooses within a submitter's fair slice, never across the whole queue.
     With ``cache``, a policy of ``BOUNDED_POLICIES`` on a one-submitter queue without
-    eligibility limits runs through :func:`bounded_run` (the same plan, less work)."""
+    eligibility limits runs through :func:`bounded_run` (the same plan, less work).
+    ``one_submitter``: the caller knows the jobs have one submitter."""
     ordered = list(request.idle)
-    if len(set(map(_submitter, ordered))) <= 1:
+    if one_submitter or len(set(map(_submitter, ordered))) <= 1:
         if cache is not None and policy.name in BOUNDED_POLICIES and not request.eligible:
             return bounded_run(policy, request, settings, cache)
         return run_policy(policy, request, settings)
@@ -552,11 +899,12 @@ def plan_in_turns(policy: Policy, request: PlanRequest, settings: PlanSettings,
     return Plan(policy.name, tuple(assignments), unplaced, {**last.stats, "fair_share_turns": turns})
 
 
-def running_jobs(state: PoolState) -> tuple[RunningJob, ...]:
-    """The jobs holding a dynamic slot, with their partitionable slot, node and measurements."""
+def running_jobs(state: PoolState, busy: Sequence[Job] | None = None) -> tuple[RunningJob, ...]:
+    """The jobs holding a dynamic slot, with their partitionable slot, node and measurements
+    (``busy``: the state's jobs that are not idle, when the caller has them)."""
     slots = {s.name: s for s in state.slots}
     out = []
-    for job in _where(state.jobs, _status, is_not, JobStatus.IDLE):
+    for job in _where(state.jobs, _status, is_not, JobStatus.IDLE) if busy is None else busy:
         if job.status not in HOLDS_A_SLOT:
             continue
         slot = partitionable_slot_of(job.remote_slot) if job.remote_slot else job.pinned_slot
@@ -594,32 +942,46 @@ def _covered_idle(jobs: Sequence[Job]) -> list[Job]:
 
 
 def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> CycleDecision:
-    """What one cycle does (module docstring), from ``state`` and ``memory`` alone."""
+    """What one cycle does (module docstring), from ``state`` and ``memory`` alone. With a
+    cache (``config.bounded``), what it derives from the covered jobs follows only the records
+    that changed since the last cycle (``CoveredJobs``); the decision is the same."""
     state = consistent_state(state)
     cycle = memory.cycle
     cache = (memory.cache or PlanCache()) if config.bounded else None
+    view: CoveredJobs | None = None
     slots = {s.name: s for s in state.slots}
-    jobs = _covered_idle(state.jobs)  # the same order from every source
-    keys = list(map(_key_order, jobs))
-    first_seen = dict(zip(keys, map(memory.first_seen.get, keys, repeat(cycle))))
-    unpins, kept, to_plan, refused = [], [], [], {}
-    pinned = set(map(id, _where(jobs, _pinned_slot, is_not, None) + _where(jobs, _pinned_cycle, is_not, None)))
-    for job in jobs if pinned else ():
-        if id(job) not in pinned:
-            to_plan.append(job)
-            continue
-        if job.pinned_slot is not None:
-            reason = _stale_reason(job, slots, cycle, config.unpin_age_cycles)
-            if reason is None:
-                kept.append(job)
-                continue
-            unpins.append(Unpin(job.key, reason))
-            if job.start_refused is not None:
-                refused[job.key] = job.pinned_slot
-        to_plan.append(job if job.pinned_slot is None and job.pinned_cycle is None
-                       else replace(job, pinned_slot=None, pinned_cycle=None))
-    if not pinned:
-        to_plan = list(jobs)
+    if cache is not None:
+        if cache.covered is None:
+            cache.covered = CoveredJobs()
+        view = cache.covered
+        view.update(state.jobs)
+        cache.whole_unplaced = None
+        jobs = view.jobs  # the same order from every source; never changed here
+        first_seen = view.first_seen_map(memory.first_seen, cycle)
+        pinned_jobs = sorted(view.pinned.values(), key=_key_order)
+    else:
+        jobs = _covered_idle(state.jobs)  # the same order from every source
+        keys = list(map(_key_order, jobs))
+        first_seen = dict(zip(keys, map(memory.first_seen.get, keys, repeat(cycle))))
+        pinned_jobs = [j for j in jobs if j.pinned_slot is not None or j.pinned_cycle is not None]
+    unpins, kept, refused = [], [], {}
+    to_plan = list(jobs)
+    if pinned_jobs:
+        at = {id(j): i for i, j in enumerate(jobs)} if view is None else None
+        for job in pinned_jobs:
+            i = at[id(job)] if at is not None else _index_of(view, job)  # type: ignore[arg-type]
+            if job.pinned_slot is not None:
+                reason = _stale_reason(job, slots, cycle, config.unpin_age_cycles)
+                if reason is None:
+                    kept.append(job)
+                    to_plan[i] = None  # type: ignore[call-overload]
+                    continue
+                unpins.append(Unpin(job.key, reason))
+                if job.start_refused is not None:
+                    refused[job.key] = job.pinned_slot
+            to_plan[i] = replace(job, pinned_slot=None, pinned_cycle=None)
+        if kept:
+            to_plan = list(compress(to_plan, map(is_not, to_plan, repeat(None))))
     kept, crowded = _pins_within_totals(kept, slots, config.plan)
     unpins += crowded
     crowded_keys = {u.job for u in crowded}
@@ -631,22 +993,28 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
     unpins += [Unpin(s.job, f"malformed ad: {s.reason}") for s in state.skipped
                if s.job is not None and s.pinned_slot is not None]
     holds = tuple(Hold(s.job, _hold_reason(s)) for s in state.skipped if s.job is not None and s.idle)
-    if config.spread_policy is None:
+    all_device = view is not None and not view.counts["not_device"]
+    if config.spread_policy is None and not all_device:
         to_plan = [j for j in to_plan if j.uses_device]
-    enrolls = [Enroll(j.key, j.attributes.get("Requirements"))
-               for j in compress(to_plan, map(not_, map(_has_pin_clause, to_plan)))]
+    enrolls = [] if view is not None and not view.counts["no_pin_clause"] else [
+        Enroll(j.key, j.attributes.get("Requirements"))
+        for j in compress(to_plan, map(not_, map(_has_pin_clause, to_plan)))]
     busy = _where(state.jobs, _status, is_not, JobStatus.IDLE)
     free = [s for s in _reserve(slots, kept, busy) if s.unavailable is None]
-    running = running_jobs(state)
+    running = running_jobs(state, busy)
     eligible = _without_refused_slot(state.eligible, refused, free)
+    # One submitter and one JobPrio among the covered jobs, and ``to_plan`` still in key order.
+    key_ordered = (view is not None and not crowded_keys and len(view.distinct("submitter")) <= 1
+                   and len(view.distinct("prio")) <= 1)
 
     def is_aged(job: Job) -> bool:
         return cycle - first_seen.get(job.key, cycle) > config.plan.age_limit_cycles
 
     def offered(jobs: Iterable[Job], kind: SlotKind) -> tuple[tuple[Job, ...], tuple[Slot, ...]]:
         """The jobs of one kind in fair-share order, and the slots their policy may use."""
-        jobs = list(jobs)
-        if len(set(map(_submitter, jobs))) <= 1 and len(set(map(_job_prio, jobs))) <= 1:
+        if key_ordered:
+            ordered: Sequence[Job] = jobs  # type: ignore[assignment]
+        elif len(set(map(_submitter, jobs := list(jobs)))) <= 1 and len(set(map(_job_prio, jobs))) <= 1:
             # One submitter, one JobPrio: fair order is key order (each job's virtual finish
             # only grows along it, ties go by key).
             ordered = sorted(jobs, key=_key_order)
@@ -654,32 +1022,67 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
             ordered = fair_order(jobs, running, [s for s in state.slots if s.kind is kind], state.user_priorities)
         return tuple(ordered), tuple(s for s in free if s.kind is kind)
 
-    device_jobs, device_slots = offered([j for j in to_plan if j.request.device_memory_mb > 0], SlotKind.DEVICE)
+    device_jobs, device_slots = offered(to_plan if all_device else [j for j in to_plan if j.request.device_memory_mb > 0],
+                                        SlotKind.DEVICE)
+    kinds = view.distinct("kind") if view is not None else None
     request = PlanRequest(
         idle=device_jobs, slots=device_slots, running=running,
-        eligible=_with_device_kinds(eligible, device_jobs, device_slots), nodes=state.nodes, cycle=cycle,
+        eligible=_with_device_kinds(eligible, device_jobs, device_slots, kinds), nodes=state.nodes, cycle=cycle,
         first_seen_cycle=first_seen, profiles=config.profiles, exploration_scales=state.exploration_scales)
-    plans = [by_rank(plan_in_turns(config.device_policy, request, config.plan, is_aged, cache), request, state.ranks)]
+    if view is not None and cache is not None:
+        # ``bounded_run`` may patch its rows with the covered jobs that came and went when
+        # it plans exactly the covered jobs, as it did last cycle.
+        exact = view.patched and not pinned_jobs and len(device_jobs) == len(jobs)
+        cache.covered_changes = (view.version, view.came, view.gone) if exact else None
+    plans = [by_rank(plan_in_turns(config.device_policy, request, config.plan, is_aged, cache, key_ordered),
+                     request, state.ranks)]
     if config.spread_policy is not None:
-        spread_jobs, socket_slots = offered([j for j in compress(to_plan, map(_spread, to_plan))
+        spread_jobs, socket_slots = offered([] if view is not None and not view.counts["spread_only"] else
+                                            [j for j in compress(to_plan, map(_spread, to_plan))
                                              if j.request.device_memory_mb <= 0], SlotKind.SOCKET)
         plans.append(plan_in_turns(config.spread_policy, replace(request, idle=spread_jobs, slots=socket_slots,
                                                                  eligible=eligible), config.plan, is_aged))
     pins = tuple(_pin_of(a) for p in plans for a in p.assignments)
-    planned = set(map(_job_of, pins))
-    for p in plans:
-        planned.update(map(_job_of, p.unplaced))
-    left_out = [] if len(planned) == len(to_plan) else [
+    if cache is not None and plans[0].unplaced is cache.whole_unplaced:
+        # ``bounded_run``'s plan speaks of each job it was given once: count the others.
+        planned = set(map(_job_of, pins[len(plans[0].assignments):]))
+        for p in plans[1:]:
+            planned.update(map(_job_of, p.unplaced))
+        n_planned = len(plans[0].assignments) + len(plans[0].unplaced) + len(planned)
+        complete = n_planned == len(to_plan)
+    else:
+        planned = set(map(_job_of, pins))
+        for p in plans:
+            planned.update(map(_job_of, p.unplaced))
+        complete = len(planned) == len(to_plan)
+    if not complete:
+        planned = set(map(_job_of, pins))
+        for p in plans:
+            planned.update(map(_job_of, p.unplaced))
+    left_out = [] if complete else [
         Unplaced(j.key, "not offered this cycle: jobs ahead of it in fair-share order take the room")
         for j in to_plan if j.key not in planned]
     waiting = _Waiting()
     reasons: dict[JobKey, str] = {}
-    for unplaced in [*(p.unplaced for p in plans), left_out]:
+    told = [*(p.unplaced for p in plans), left_out]
+    if cache is not None and cache.queues is not None and plans[0].unplaced is cache.whole_unplaced:
+        reasons, told = dict(cache.queues.told), told[1:]  # what bounded_run's rows are told, kept
+    for unplaced in told:
         reasons.update(zip(map(_job_of, unplaced), map(waiting.__getitem__, map(_reason_of, unplaced))))
     reasons.update((p.job, pin_reason(p, cycle)) for p in pins)
     for u in unpins:  # a refused start stays in the user's view until the job is pinned again
         if u.job in refused and u.job in reasons:
             reasons[u.job] = f"{u.reason}; now {reasons[u.job]}"
+    if view is not None:
+        view.first_seen = first_seen
     return CycleDecision(cycle, len(jobs), tuple(Assignment(j.key, j.pinned_slot) for j in kept),  # type: ignore[arg-type]
                          tuple(unpins), tuple(enrolls), pins, tuple(plans), state.skipped, first_seen, holds, reasons,
                          cache)
+
+
+def _index_of(view: CoveredJobs, job: Job) -> int:
+    """Where ``job`` is in ``view.jobs``."""
+    at = bisect_left(view.keys, job.key)
+    while view.jobs[at] is not job:
+        at += 1
+    return at

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from operator import le
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -156,7 +157,7 @@ def total_capacity(slot: Slot, settings: PlanSettings) -> Capacity:
 
 
 def fits(need: Sequence[int], cap: Sequence[int]) -> bool:
-    return all(n <= c for n, c in zip(need, cap))
+    return all(map(le, need, cap))
 
 
 def fits_device(job: Job, need: Capacity, cap: Sequence[int], slot: Slot) -> bool:
@@ -280,21 +281,32 @@ def place_starving(jobs: Sequence[Job], state: DeviceState, settings: PlanSettin
         return list(jobs)
     starving.sort(key=lambda j: (-ages[j.key], job_order(j)))
     done: set[JobKey] = set()
+    # Residuals only shrink and reserved devices only grow: once a job of a shape can be
+    # neither placed nor given a device, no later job of that shape can.
+    hopeless: set[Capacity] = set()
+    totals = {s.name: total_capacity(s, settings) for s in state.slots}
+
+    def roomiest(slots: list[Slot]) -> Slot:
+        return min(slots, key=lambda s: (-_roominess(state.residual[s.name], totals[s.name]), s.name))
+
     for job in starving:
         need = demand(job, settings)
+        if need in hopeless:
+            continue
         open_slots = [s for s in state.open_slots() if s.total.device_threads >= job.request.device_threads]
         now = [s for s in open_slots if fits(need, state.residual[s.name])]
         if now:
-            best = min(now, key=lambda s: (-_roominess(state.residual[s.name], total_capacity(s, settings)), s.name))
-            state.assign(job, best, need)
+            state.assign(job, roomiest(now), need)
             done.add(job.key)
             continue
-        later = [s for s in open_slots if fits(need, total_capacity(s, settings))]
+        later = [s for s in open_slots if fits(need, totals[s.name])]
         if later:
-            best = min(later, key=lambda s: (-_roominess(state.residual[s.name], total_capacity(s, settings)), s.name))
+            best = roomiest(later)
             state.reserved.add(best.name)
             state.notes[job.key] = f"starving (idle {ages[job.key]} cycles): reserved {best.name} to drain"
             done.add(job.key)
+        else:
+            hopeless.add(need)
     return [j for j in jobs if j.key not in done]
 
 

@@ -139,3 +139,51 @@ def test_the_next_memory_carries_the_cache_and_plan_starts_without_one():
     first = decide_cycle(state, CycleMemory.fresh(state), config)
     assert first.cache is not None and first.next_memory().cache is first.cache
     assert len(first.pins) == 4 and len(first.plans[0].unplaced) == 46
+
+
+@pytest.mark.parametrize("age", [10**6, 3])
+def test_a_large_queue_is_followed_by_its_changes_and_decides_the_same(monkeypatch, age):
+    """Past ``_PATCH_MIN_JOBS`` the cycle patches its covered jobs and each shape's rows (and,
+    with aging, their starving order) with what came and went (``CoveredJobs``,
+    ``ShapeQueues``) rather than rebuild them."""
+    from condor_sched import cycle
+
+    rebuilds = {"covered": 0, "shapes": 0}  # of a long queue
+    covered_rebuild, shapes_rebuild = cycle.CoveredJobs._rebuild, cycle.ShapeQueues._rebuild
+
+    def count(name, inner):
+        def wrapped(self, jobs, *args):
+            rebuilds[name] += len(jobs) >= 4 * cycle._PATCH_MIN_JOBS
+            return inner(self, jobs, *args)
+        return wrapped
+
+    monkeypatch.setattr(cycle.CoveredJobs, "_rebuild", count("covered", covered_rebuild))
+    monkeypatch.setattr(cycle.ShapeQueues, "_rebuild", count("shapes", shapes_rebuild))
+    settings = PlanSettings(age_limit_cycles=age)
+    result, spy, decided = _checked_run("knapsack", table1_jobs(1500, 2), 8, settings)
+    assert all(r.end_s is not None for r in result.jobs)
+    long_queue_cycles = sum(1 for n in decided if n >= 4 * cycle._PATCH_MIN_JOBS)
+    assert long_queue_cycles > 20
+    assert rebuilds["covered"] + rebuilds["shapes"] < long_queue_cycles // 4
+
+
+def test_pins_kept_between_cycles_with_a_cache_decide_what_the_whole_queue_decides():
+    total = Resources(cpus=16, memory_mb=65536, device_memory_mb=8192, device_threads=240)
+    slots = tuple(Slot(f"slot1@n{i}", f"n{i}", SlotKind.DEVICE, total, total) for i in range(4))
+    jobs = [Job(JobKey("s", 1, i), "u", JobStatus.IDLE,
+                Resources(cpus=1, memory_mb=10, device_memory_mb=300 + 100 * (i % 7), device_threads=60),
+                has_pin_clause=i % 5 != 0) for i in range(600)]
+    config = CycleConfig(get_policy("knapsack"), None, PlanSettings(age_limit_cycles=10**6))
+    first = decide_cycle(PoolState(tuple(jobs), slots), CycleMemory(1), config)
+    # The pins were written: the pinned jobs are new records; some other jobs left the queue.
+    pinned = {p.job: p.slot for p in first.pins}
+    later = [replace(j, pinned_slot=pinned[j.key], pinned_cycle=1) if j.key in pinned else j
+             for j in jobs if j.key.proc % 50 != 7]
+    for memory_cycle, state in ((2, PoolState(tuple(later), slots)), (5, PoolState(tuple(later[3:]), slots))):
+        memory = first.next_memory(memory_cycle)
+        bounded = decide_cycle(state, memory, config)
+        whole = decide_cycle(state, replace(memory, cache=None), replace(config, bounded=False))
+        assert _timeless(bounded) == _timeless(whole)
+        assert _timeless(bounded).to_json() == _timeless(whole).to_json()
+        first = bounded
+    assert bounded.unpins  # the pins of cycle 1 are stale by cycle 5
