@@ -255,31 +255,35 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
     )
 
 
-#: The job attributes ``job_from_ad`` reads besides ClusterId and ProcId (a test holds it to
-#: that): those a record is made once per values of (``_job_record``), and those read per job,
-#: which can only make ``submitted_at_s``, ``job_prio`` and ``start_refused`` differ.
-_RECORD_READS = ("Requirements", PIN_ORIGINAL_ATTR, "JobStatus",
-                 *(a for k in device_kinds() for a in (k.request_memory_attr, k.request_compute_attr)),
-                 "CoSchedProgram", "RequestCpus", "RequestMemory", "RequestLLCWays", "RequestMemBW", "Cmd", "Owner",
-                 PIN_SLOT_ATTR, PIN_CYCLE_ATTR, "CoSchedAlpha", "RemoteHost", "AllowedExecuteDuration",
-                 "JobCurrentStartDate", "AccountingGroup", "User", PIN_REASON_ATTR)
-#: The first two are read only as their text, which no other attribute changes.
+def _record_reads() -> tuple[str, ...]:
+    """The job attributes ``job_from_ad`` reads besides ClusterId, ProcId and
+    ``_RECORD_PER_JOB_READS`` (a test holds it to that), with the device kinds registered now:
+    a record is made once per values of these (``_job_record``). The first ``_RECORD_TEXTS``
+    are read only as their text, which no other attribute changes."""
+    return ("Requirements", PIN_ORIGINAL_ATTR, "JobStatus",
+            *(a for k in device_kinds() for a in (k.request_memory_attr, k.request_compute_attr)),
+            "CoSchedProgram", "RequestCpus", "RequestMemory", "RequestLLCWays", "RequestMemBW", "Cmd", "Owner",
+            PIN_SLOT_ATTR, PIN_CYCLE_ATTR, "CoSchedAlpha", "RemoteHost", "AllowedExecuteDuration",
+            "JobCurrentStartDate", "AccountingGroup", "User", PIN_REASON_ATTR)
+
+
 _RECORD_TEXTS = 2
+#: Read per job; they can only make ``submitted_at_s``, ``job_prio`` and ``start_refused`` differ.
 _RECORD_PER_JOB_READS = ("QDate", "JobPrio", "VacateReasonCode", PIN_TIME_ATTR, "LastVacateTime",
                          "EnteredCurrentStatus", "VacateReason")
-#: Job records by the schedd and the JSON values of ``_RECORD_READS`` (``_job_record``).
+#: Job records by the schedd, the attributes read and their JSON values (``_job_record``).
 _RECORDS: dict[tuple, Job] = {}
 
 
-def _job_record(ad: classad2.ClassAd | _PlainAd, schedd: str) -> Job:
-    """``job_from_ad``, made once per equal values of what it reads when those are plain JSON
-    values (its request, owner, pin...) and copied with each job's id, submit time, priority
-    and refusal read apart."""
+def _job_record(ad: classad2.ClassAd | _PlainAd, schedd: str, reads: tuple[str, ...]) -> Job:
+    """``job_from_ad``, made once per equal values of what it reads (``reads``, from
+    ``_record_reads``) when those are plain JSON values (its request, owner, pin...) and copied
+    with each job's id, submit time, priority and refusal read apart."""
     if ad.__class__ is not _PlainAd or ad.live:
         return job_from_ad(ad, schedd)
     names, values = ad.names, ad.values
-    raw = _raw_values(ad, _RECORD_READS)
-    key = (schedd, raw, tuple(map(type, raw)))  # 1, 1.0 and True are equal keys, not equal values
+    raw = _raw_values(ad, reads)
+    key = (schedd, reads, raw, tuple(map(type, raw)))  # 1, 1.0 and True are equal keys, not equal values
     try:
         template = _RECORDS.get(key)
     except TypeError:  # a list or a nested ad: not a key
@@ -582,11 +586,12 @@ def _read_jobs(job_ads: Iterable[tuple[str | None, Iterable[classad2.ClassAd | _
     """Each job ad's record (``_job_record``) and the keys its eligible slots and Rank are
     found by, or its Skipped entry, in the ads' order."""
     references: dict[str, tuple[str, ...]] = {}
+    reads = _record_reads()
     for schedd, ads in job_ads:
         for ad in ads:
             source = schedd or schedd_of(ad, "unknown-schedd")
             try:
-                job = _job_record(ad, source)
+                job = _job_record(ad, source, reads)
             except AdError as e:
                 yield Skipped(_describe_job(ad, source), str(e), *_key_and_pin(ad, source)), None, None
                 continue

@@ -273,7 +273,7 @@ def test_job_records_made_once_per_values_are_the_records_of_each_ad(tmp_path, m
 
 
 def test_job_records_read_only_the_attributes_their_cache_key_holds(monkeypatch):
-    """``_job_record`` keys a record on ``_RECORD_READS``: ``job_from_ad`` must read nothing else."""
+    """``_job_record`` keys a record on ``_record_reads()``: ``job_from_ad`` must read nothing else."""
     read: set[str] = set()
     plain, contains = classads._PlainAd._plain, classads._PlainAd.__contains__
     monkeypatch.setattr(classads._PlainAd, "_plain", lambda self, attr: read.add(attr.lower()) or plain(self, attr))
@@ -287,7 +287,7 @@ def test_job_records_read_only_the_attributes_their_cache_key_holds(monkeypatch)
         except classads.AdError:
             pass
     assert "vacatereason" in read and "requestphimemory" in read
-    assert read <= {a.lower() for a in classads._RECORD_READS + classads._RECORD_PER_JOB_READS} | {"clusterid", "procid"}
+    assert read <= {a.lower() for a in classads._record_reads() + classads._RECORD_PER_JOB_READS} | {"clusterid", "procid"}
 
 
 def _split_always(monkeypatch) -> list[str]:
@@ -388,3 +388,21 @@ def test_requirements_evaluated_operand_by_operand_accept_what_the_whole_accepts
     grouped = classads.eligible_slots(jobs, ads)
     one_by_one(monkeypatch)
     assert grouped == classads.eligible_slots(jobs, ads)
+
+
+def test_a_device_kind_registered_later_is_read_from_ads_read_before(tmp_path):
+    """Records are made once per values of what ``job_from_ad`` reads; a kind registered since
+    adds what it reads, so an ad whose values were seen before still gets the new kind."""
+    from condor_sched.device_kinds import DeviceKind, register_device_kind, unregister_device_kind
+
+    kind = DeviceKind("testgpu", "TestGpuMemory", "TestGpuCompute", "TestGpuName", "units")
+    ad = dict(mixed_queue(1, 11)[0], JobStatus=1, RequestPhiMemory=None, RequestPhiThreads=None)
+    ad = {k: v for k, v in ad.items() if v is not None}
+    ad.update(RequestTestGpuMemory=500, RequestTestGpuCompute=100)
+    q, m = write(tmp_path / "q.json", [ad]), write(tmp_path / "m.json", machines(1))
+    assert load_snapshot(q, m).jobs[0].device_kind is None
+    register_device_kind(kind)
+    try:
+        assert load_snapshot(q, m).jobs[0].device_kind == "testgpu"
+    finally:
+        unregister_device_kind(kind.name)
