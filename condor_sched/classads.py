@@ -1786,16 +1786,7 @@ def _checked(obj: Any, surrogates: bool) -> _PlainAd:
         raise _Fallback
     if _nothing_to_check(obj):
         return _PlainAd(obj, names=names)
-    for attr, value in obj.items():
-        kind = value.__class__
-        if kind is str:
-            if value.startswith(_EXPR_PREFIX) and value.endswith(_EXPR_SUFFIX) and value not in _EXPRESSIONS:
-                _known_expression(value)
-        elif kind is int:
-            if not -2**63 <= value < 2**63:
-                obj[attr] = float(value)
-        elif not (kind is float or kind is bool or value is None):
-            _check_nested(value, 0)
+    _check_nested(obj, -1)  # the ad's own values at depth -1, its lists and nested ads from 0
     return _PlainAd(obj)
 
 
