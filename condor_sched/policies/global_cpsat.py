@@ -16,17 +16,21 @@ Model size (FACTS.md: a flat x[job, device] model is hopeless at 2000 x 200):
   to the device with most memory left, and a greedy pass places what did not fit. This
   fixes Fig. 4's myopia (filling early devices with 4 x 60-thread jobs and leaving the
   later ones one 180-thread job each);
-* above ``MAX_MODEL_VARS`` variables the devices are cut into blocks solved one after
-  another within the time limit, each over the jobs the best plan so far put there plus
-  the jobs still unplaced.
+* pools of up to ``neighbourhood.NEIGHBOURHOOD_DEVICES`` devices are then solved as one
+  exact model; larger ones are improved by a large-neighbourhood search (``neighbourhood.py``:
+  a few devices re-packed exactly at a time) until the limit or the device-group LP bound
+  (``bounds.py``). One exact model of the whole pool was the design before issue 11's
+  second round: on the shape-diverse queues of ``scripts/bench_plan`` with 10 to 60
+  devices it placed fewer jobs within 2 s than the search (e.g. 600 / 40, seed 1: 286
+  against 287), and on 900 / 60 none over the hint even in 30 s (README, Benchmarks).
 
 Time limit: ``settings.solver_time_limit_s`` bounds the whole call (issue 11), not only
 CP-SAT. The starting plans come first: ``lp-pack`` and the greedy MCCK plan, which stops
 at ``GREEDY_SHARE`` of the limit with a partial (valid) plan; a best-fit variant (up to
 ``TIGHT_HINT_MAX_DEVICES`` devices) and the pattern plan only while time is left. The best
-of them is the hint (``add_hint``) and the fallback when time runs out. A CP-SAT answer
-(per block) replaces it only when it places at least as many jobs with at least the same
-objective, so ``global`` never places fewer jobs than ``knapsack`` whenever the greedy
+of them is the hint (``add_hint``) and the fallback when time runs out. The exact model's
+answer replaces it only when it places at least as many jobs with at least the same
+objective, and the search returns the best plan it passed through, never worse than its start, so ``global`` never places fewer jobs than ``knapsack`` whenever the greedy
 completed (``stats["greedy_completed"]``; always in deterministic mode). With
 ``settings.deterministic`` CP-SAT runs one worker under ``max_deterministic_time`` and no
 wall clock decides anything (byte-identical plans for the simulator).
@@ -35,18 +39,19 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections import Counter
 from typing import Sequence
 
 from ortools.sat.python import cp_model
 
 from condor_sched.model import Job, Plan, Slot
 from condor_sched.policies import devices as dv
+from condor_sched.policies import neighbourhood as nb
 from condor_sched.policies.base import PlanRequest, PlanSettings, PolicyKind, cp_sat_solver, register
+from condor_sched.policies.bounds import device_groups, group_lp
 from condor_sched.policies.knapsack import JobPool, greedy_fill, prepare
 from condor_sched.policies.packed import pack
 
-#: Above this many (shape, device) variables the devices are solved in blocks.
-MAX_MODEL_VARS = 20_000
 #: Pattern stage limits: distinct device groups, patterns per group.
 MAX_PATTERN_GROUPS = 50
 MAX_PATTERNS = 2000
@@ -59,8 +64,8 @@ PATTERN_SHARE = 0.25
 GREEDY_SHARE = 0.6
 #: Time kept back per job considered for assembling the Plan after the last solve.
 FINISH_S_PER_JOB = 1e-5
-#: A CP-SAT block is not started with less time than this left for it.
-MIN_BLOCK_S = 0.05
+#: The exact model is not started with less time than this left for it.
+MIN_EXACT_S = 0.05
 #: Up to this many devices a second, best-fit greedy plan competes for the hint.
 TIGHT_HINT_MAX_DEVICES = 500
 
@@ -246,6 +251,29 @@ def _pattern_plan(
     return out
 
 
+def _counts_of(jobs_on: dict[str, list[Job]], settings: PlanSettings) -> dict[tuple[dv.Capacity, str], int]:
+    """A plan as its count per (shape, device)."""
+    out: dict[tuple[dv.Capacity, str], int] = {}
+    for name, jobs in jobs_on.items():
+        for job in jobs:
+            key = (dv.demand(job, settings), name)
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _counts_by_device(jobs_on: dict[str, list[Job]], settings: PlanSettings) -> dict[str, nb.Counts]:
+    """A plan as, per device, its count per shape."""
+    return {name: dict(Counter(dv.demand(j, settings) for j in jobs)) for name, jobs in jobs_on.items()}
+
+
+def _jobs_for(counts: dict[tuple[dv.Capacity, str], int], pool: JobPool, slots: Sequence[Slot]) -> dict[str, list[Job]]:
+    """Counts per (shape, device) made jobs: each shape's oldest jobs, devices in slot order."""
+    out: dict[str, list[Job]] = {s.name: [] for s in slots}
+    for (need, name), n in sorted(counts.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        out[name].extend(pool.take_shape(need, n))
+    return out
+
+
 def _objective(counts: dict[tuple[dv.Capacity, str], int], hw: dict[str, int]) -> tuple[int, int]:
     placed = sum(counts.values())
     value = sum(n * dv.scaled_value(need.device_threads, hw[name]) for (need, name), n in counts.items())
@@ -315,9 +343,6 @@ class GlobalPolicy:
             tight = run_greedy(True)
             if score(tight) > score(greedy):
                 greedy, hint_name = tight, "best-fit greedy"
-        n_shapes = 1
-        if not out_of_time():
-            n_shapes = max(1, len(_restricted_supply(JobPool.build(rest, settings), open_slots, caps)))
         if len(open_slots) > 1 and not out_of_time():
             budget = min(settings.solver_time_limit_s * PATTERN_SHARE, deadline - time.perf_counter())
             pattern = _pattern_plan(rest, open_slots, caps, settings, budget) if budget > 0.05 else None
@@ -331,46 +356,38 @@ class GlobalPolicy:
         placed_keys = {a.job for a in greedy.assignments}
         leftover = [j for j in rest if j.key not in placed_keys]
 
-        block_size = max(1, MAX_MODEL_VARS // n_shapes)
-        blocks = [open_slots[i : i + block_size] for i in range(0, len(open_slots), block_size)]
-
-        final: dict[str, list[Job]] = {}
+        final: dict[str, list[Job]] = dict(greedy_jobs)
         statuses: list[str] = []
-        bound_total = 0.0
-        improved_blocks = 0
-        for bi, block in enumerate(blocks):
-            block_greedy = [j for s in block for j in greedy_jobs[s.name]]
-            if settings.deterministic:
-                budget = settings.solver_time_limit_s / len(blocks)
-            else:
-                budget = (deadline - time.perf_counter()) / (len(blocks) - bi) - BUILD_MARGIN_S
-            if not leftover or (not settings.deterministic and budget < MIN_BLOCK_S):
-                for s in block:
-                    final[s.name] = greedy_jobs[s.name]
-                continue
-            pool = JobPool.build(sorted(block_greedy + leftover, key=dv.job_order), settings)
-            supply = _restricted_supply(pool, block, caps)
-            hint: dict[tuple[dv.Capacity, str], int] = {}
-            for s in block:
-                for j in greedy_jobs[s.name]:
-                    k = (dv.demand(j, settings), s.name)
-                    hint[k] = hint.get(k, 0) + 1
-            counts, info = _solve_block(supply, block, caps, hint, settings, budget)
-            statuses.append(str(info["status"]))
-            if "bound" in info:
-                bound_total += info["bound"] // info["weight"]
-            use_cp = counts is not None and _objective(counts, hw) >= _objective(hint, hw)
-            if not use_cp:
-                for s in block:
-                    final[s.name] = greedy_jobs[s.name]
-                continue
-            if _objective(counts, hw) > _objective(hint, hw):
-                improved_blocks += 1
-            for s in block:
-                final[s.name] = []
-            for (need, name), n in sorted(counts.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-                final[name].extend(pool.take_shape(need, n))
-            leftover = sorted((j for q in pool.shapes.values() for j in q), key=dv.job_order)
+        bound_total: int | None = None
+        improved = 0
+        search: nb.SearchResult | None = None
+        if not leftover:
+            pass
+        elif len(open_slots) <= nb.NEIGHBOURHOOD_DEVICES:
+            budget = settings.solver_time_limit_s if settings.deterministic else deadline - time.perf_counter()
+            if settings.deterministic or budget >= MIN_EXACT_S:
+                pool = JobPool.build(sorted(rest, key=dv.job_order), settings)
+                supply = _restricted_supply(pool, open_slots, caps)
+                hint = _counts_of(greedy_jobs, settings)
+                counts, info = _solve_block(supply, open_slots, caps, hint, settings, budget)
+                statuses.append(str(info["status"]))
+                if "bound" in info:
+                    bound_total = int(info["bound"] // info["weight"])
+                if counts is not None and _objective(counts, hw) >= _objective(hint, hw):
+                    improved = int(_objective(counts, hw) > _objective(hint, hw))
+                    final = _jobs_for(counts, pool, open_slots)
+        else:
+            groups = device_groups(open_slots, caps)
+            target = group_lp(dict(Counter(dv.demand(j, settings) for j in rest)), groups).bound
+            bound_total = target
+            on_device = _counts_by_device(greedy_jobs, settings)
+            unplaced = Counter(dv.demand(j, settings) for j in leftover)
+            search = nb.improve(on_device, unplaced, open_slots, caps, settings, deadline, target)
+            if search.accepted:
+                improved = 1
+                pool = JobPool.build(sorted(rest, key=dv.job_order), settings)
+                final = _jobs_for({(need, name): n for name, c in search.on_device.items() for need, n in c.items()},
+                                  pool, open_slots)
 
         state.assignments = list(base_assignments)
         slot_by_name = {s.name: s for s in open_slots}
@@ -381,15 +398,17 @@ class GlobalPolicy:
         placed = len(state.assignments) - len(base_assignments)
         stats = {
             "solver": "cp-sat",
-            "blocks": len(blocks),
-            "blocks_improved": improved_blocks,
-            "cp_sat_status": sorted(set(statuses)),
+            "exact_model": bool(statuses),
+            "improved_hint": bool(improved),
+            "cp_sat_status": statuses,
+            "search_steps": search.steps if search else 0,
+            "search_accepted": search.accepted if search else 0,
             "greedy_placed": greedy_placed + len(base_assignments),
             "hint": hint_name,
             "greedy_completed": mcck_completed,
             "extra_over_greedy": placed - greedy_placed,
             "starving_placed": len(base_assignments),
-            "placed_upper_bound": int(bound_total) + len(base_assignments) if len(blocks) == 1 and statuses else None,
+            "placed_upper_bound": bound_total + len(base_assignments) if bound_total is not None else None,
             "solve_time_s": round(time.perf_counter() - t0, 6),
         }
         return dv.finish_plan(self.name, considered, dslots, state, too_big, settings, stats)

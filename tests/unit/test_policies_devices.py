@@ -179,18 +179,19 @@ def test_a_full_device_job_is_eventually_placed_under_aging(name: str) -> None:
 @hsettings(max_examples=30, deadline=None)
 @given(js=job_specs, ss=slot_specs)
 def test_global_large_pool_path_keeps_the_invariants(js, ss) -> None:
-    """Force the decomposition used for large pools (pattern model + blocks) on small ones."""
-    from condor_sched.policies import global_cpsat
+    """Force the path of large pools (pattern model + neighbourhood search, one device a
+    step) on small ones."""
+    from condor_sched.policies import neighbourhood
 
     jobs, slots = build(js, ss)
     s = PlanSettings(solver_time_limit_s=0.5, deterministic=True)
-    old = global_cpsat.MAX_MODEL_VARS
-    global_cpsat.MAX_MODEL_VARS = 1
+    old = neighbourhood.NEIGHBOURHOOD_DEVICES
+    neighbourhood.NEIGHBOURHOOD_DEVICES = 1
     try:
         plan = get_policy("global").plan(PlanRequest.of(jobs, slots), s)
         again = get_policy("global").plan(PlanRequest.of(jobs, slots), s)
     finally:
-        global_cpsat.MAX_MODEL_VARS = old
+        neighbourhood.NEIGHBOURHOOD_DEVICES = old
     assert plan == again
     assert len(plan.assignments) >= len(get_policy("knapsack").plan(PlanRequest.of(jobs, slots), s).assignments)
     by_key = {j.key: j for j in jobs}
@@ -207,19 +208,12 @@ def test_global_pattern_model_beats_myopic_greedy_on_many_identical_devices() ->
     # 10 devices, 8 jobs of 60 threads and 10 of 180 threads, all small. Greedy fills d0, d1
     # with 4 x 60 (8 jobs) and the other 8 devices with one 180 each: 16 jobs. Best: each
     # device 180 + 60 for 8 devices (16 jobs) + 2 devices with one 180 each: 18 jobs.
-    from condor_sched.policies import global_cpsat
-
     jobs = [job(i, 300, 60) for i in range(8)] + [job(20 + i, 300, 180) for i in range(10)]
     slots = [device(f"d{i}") for i in range(10)]
     s = PlanSettings(deterministic=True)
     assert len(get_policy("knapsack").plan(PlanRequest.of(jobs, slots), s).assignments) == 16
-    old = global_cpsat.MAX_MODEL_VARS
-    global_cpsat.MAX_MODEL_VARS = 1
-    try:
-        assert len(get_policy("global").plan(PlanRequest.of(jobs, slots), s).assignments) == 18
-    finally:
-        global_cpsat.MAX_MODEL_VARS = old
-    assert len(get_policy("global").plan(PlanRequest.of(jobs, slots), s).assignments) == 18
+    plan = get_policy("global").plan(PlanRequest.of(jobs, slots), s)
+    assert len(plan.assignments) == 18 and plan.stats["search_steps"] == 0  # the hint is optimal
 
 
 def test_exclusive_never_puts_a_starving_job_on_a_busy_device() -> None:
