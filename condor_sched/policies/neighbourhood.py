@@ -20,6 +20,10 @@ stops at 446 of a bound of 452 in 90 s; with larger-jobs moves it reached 448). 
 sideways moves may lower the Eq. 1 tie-break, so the plan returned is the best by (jobs
 placed, Eq. 1 sum) among those the search passed through, never worse than its start.
 
+In wall-clock mode up to ``MAX_PARALLEL_STEPS`` steps (one per core) run side by side on
+disjoint devices, each from the same unplaced jobs; their answers are applied in turn, and
+one that would take an unplaced job an earlier one took is dropped.
+
 No time is lost on a plan that is already optimal: the search stops at ``target`` (the
 device-group LP bound), or after ``STALL_ROUNDS`` rounds of steps without an accepted one
 (a local optimum of these neighbourhoods; the simulator's Table I pools end there). With ``settings.deterministic`` each step has a deterministic
@@ -29,10 +33,13 @@ decides anything.
 from __future__ import annotations
 
 import itertools
+import os
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from ortools.sat.python import cp_model
 
@@ -50,6 +57,9 @@ MIN_STEP_S = 0.02
 SIZE_SCALE = 100
 #: CP-SAT workers per step: a step's model is small, and one worker solves it fastest.
 STEP_WORKERS = 1
+#: Steps solved side by side (threads; CP-SAT releases the GIL) on disjoint devices, at
+#: most one per core; one in deterministic mode.
+MAX_PARALLEL_STEPS = 4
 #: Steps at most in deterministic mode per deterministic second of budget (a floor for
 #: steps that report no deterministic time).
 DETERMINISTIC_STEPS_PER_S = 200
@@ -210,55 +220,80 @@ def improve(on_device: dict[str, Counts], unplaced: Counts, slots: Sequence[Slot
     weights = [_slack(current[name], caps[name]) for name in names]
     index = {name: i for i, name in enumerate(names)}
     k = min(NEIGHBOURHOOD_DEVICES, len(names))
+    parallel = 1 if settings.deterministic else max(1, min(MAX_PARALLEL_STEPS, os.cpu_count() or 1, len(names) // k))
     budget = settings.solver_time_limit_s
     max_steps = max(1, int(budget * DETERMINISTIC_STEPS_PER_S))
     spent = 0.0
     stall_limit = STALL_ROUNDS * -(-len(names) // k)
     since_accepted = 0
-    while placed < target and unplaced and since_accepted < stall_limit:
-        if settings.deterministic:
-            if spent >= budget or result.steps >= max_steps:
-                break
-            limit = min(STEP_LIMIT_S, budget - spent)
-        else:
-            left = deadline - time.perf_counter()
-            if left < MIN_STEP_S:
-                break
-            limit = min(STEP_LIMIT_S, left)
-        result.steps += 1
-        since_accepted += 1
-        chosen = [names[i] for i in _draw(rng, weights, k)]
-        answer, step_time = _repack(chosen, current, unplaced, caps, hardware_threads, settings, limit)
-        spent += step_time
-        if answer is None:
-            continue
+
+    def accept(chosen: list[str], answer: dict[str, Counts]) -> bool:
+        """Apply a step's answer if it is a better or larger-jobs plan of its devices and
+        the unplaced jobs it takes are still unplaced (a parallel step may have taken them)."""
+        nonlocal placed, value
         before = sum(sum(current[n].values()) for n in chosen)
         after = sum(sum(answer[n].values()) for n in chosen)
         if after == before:
             size_before = sum(c * _share(need, caps[n]) for n in chosen for need, c in current[n].items())
             size_after = sum(c * _share(need, caps[n]) for n in chosen for need, c in answer[n].items())
             if size_after <= size_before + 1e-9:
-                continue
-        result.accepted += 1
-        since_accepted = 0
+                return False
+        taken: Counts = {}
         for name in chosen:
-            for need, n in current[name].items():
-                unplaced[need] = unplaced.get(need, 0) + n
-        for name in chosen:
-            value -= _eq1_sum({name: current[name]}, hardware_threads)
-            value += _eq1_sum({name: answer[name]}, hardware_threads)
             for need, n in answer[name].items():
-                unplaced[need] -= n
-                if not unplaced[need]:
-                    del unplaced[need]
+                taken[need] = taken.get(need, 0) + n
+            for need, n in current[name].items():
+                taken[need] = taken.get(need, 0) - n
+        if any(n > unplaced.get(need, 0) for need, n in taken.items()):
+            return False
+        for need, n in taken.items():
+            left = unplaced.get(need, 0) - n
+            if left:
+                unplaced[need] = left
+            else:
+                unplaced.pop(need, None)
+        for name in chosen:
+            value += _eq1_sum({name: answer[name]}, hardware_threads) - _eq1_sum({name: current[name]}, hardware_threads)
             undo.append((name, current[name]))
             current[name] = answer[name]
             weights[index[name]] = _slack(answer[name], caps[name])
         placed += after - before
-        if (placed, value) > best_key:
-            best_key = (placed, value)
-            undo.clear()
+        return True
+
+    with ThreadPoolExecutor(parallel) if parallel > 1 else _no_pool() as pool:
+        while placed < target and unplaced and since_accepted < stall_limit:
+            if settings.deterministic:
+                if spent >= budget or result.steps >= max_steps:
+                    break
+                limit = min(STEP_LIMIT_S, budget - spent)
+            else:
+                left = deadline - time.perf_counter()
+                if left < MIN_STEP_S:
+                    break
+                limit = min(STEP_LIMIT_S, left)
+            drawn = [names[i] for i in _draw(rng, weights, k * parallel)]
+            steps = [drawn[j : j + k] for j in range(0, len(drawn), k)]
+            if pool is None:
+                answers = [_repack(chosen, current, unplaced, caps, hardware_threads, settings, limit) for chosen in steps]
+            else:
+                answers = list(pool.map(lambda chosen: _repack(chosen, current, unplaced, caps, hardware_threads,
+                                                               settings, limit), steps))
+            for chosen, (answer, step_time) in zip(steps, answers):
+                result.steps += 1
+                since_accepted += 1
+                spent += step_time
+                if answer is not None and accept(chosen, answer):
+                    result.accepted += 1
+                    since_accepted = 0
+                    if (placed, value) > best_key:
+                        best_key = (placed, value)
+                        undo.clear()
     for name, counts in reversed(undo):  # back to the best plan passed through
         current[name] = counts
     result.gained = best_key[0] - start
     return result
+
+
+@contextmanager
+def _no_pool() -> Iterator[None]:
+    yield None

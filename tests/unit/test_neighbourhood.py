@@ -1,6 +1,7 @@
 """The large-neighbourhood search that ends ``global`` on pools of many devices (issue 11)."""
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 from hypothesis import given, settings as hsettings, strategies as st
@@ -93,3 +94,18 @@ def test_the_plan_returned_is_valid_never_worse_and_repeatable(seed, n_devices, 
     again = nb.improve({k: dict(v) for k, v in on_device.items()}, unplaced, slots, caps, settings, 0.0, n_jobs)
     assert result.on_device == again.on_device
     assert _check_valid(result, supply, caps) == len(kept) + result.gained >= len(kept)
+
+
+def test_steps_side_by_side_never_take_an_unplaced_job_twice() -> None:
+    # wall-clock mode: up to MAX_PARALLEL_STEPS steps are solved at once from the same
+    # unplaced jobs; a step whose jobs another one took first is dropped
+    jobs, slots = diverse(120, 12, seed=11)
+    supply, caps = _inputs(jobs, slots)
+    old = nb.MAX_PARALLEL_STEPS
+    nb.MAX_PARALLEL_STEPS = 4
+    try:
+        result = nb.improve({s.name: {} for s in slots}, supply, slots, caps, PlanSettings(), time.perf_counter() + 1.0,
+                            placed_upper_bound(jobs, slots, SETTINGS))
+    finally:
+        nb.MAX_PARALLEL_STEPS = old
+    assert _check_valid(result, supply, caps) == result.gained > 0
