@@ -90,7 +90,7 @@ def _restricted_supply(pool: JobPool, slots: Sequence[Slot], caps: dict[str, lis
     return supply
 
 
-def _solve_block(
+def _solve_exact(
     supply: dict[dv.Capacity, int],
     slots: Sequence[Slot],
     caps: dict[str, list[int]],
@@ -98,37 +98,13 @@ def _solve_block(
     settings: PlanSettings,
     time_limit_s: float,
 ) -> tuple[dict[tuple[dv.Capacity, str], int] | None, dict[str, object]]:
-    """CP-SAT over one set of devices; the counts per (shape, device) or None."""
-    model = cp_model.CpModel()
+    """The exact model of the pool (small pools); the counts per (shape, device) or None."""
     weight = dv.count_weight(sum(supply.values()))
-    x: dict[tuple[dv.Capacity, str], cp_model.IntVar] = {}
-    objective = []
-    per_shape: dict[dv.Capacity, list] = {}
-    for slot in slots:
-        cap = caps[slot.name]
-        hw = slot.total.device_threads
-        terms: list[list] = [[] for _ in range(dv.N_DIMENSIONS)]
-        for need, n in supply.items():
-            if need.device_threads > hw:
-                continue
-            ub = min([n] + [cap[d] // need[d] for d in range(dv.N_DIMENSIONS) if need[d] > 0])
-            if ub <= 0:
-                continue
-            var = model.new_int_var(0, ub, "")
-            x[need, slot.name] = var
-            per_shape.setdefault(need, []).append(var)
-            objective.append((weight + dv.scaled_value(need.device_threads, hw)) * var)
-            for d in range(dv.N_DIMENSIONS):
-                if need[d]:
-                    terms[d].append(need[d] * var)
-        for d in range(dv.N_DIMENSIONS):
-            if terms[d]:
-                model.add(sum(terms[d]) <= cap[d])
+    hw = {slot.name: slot.total.device_threads for slot in slots}
+    model, x = nb.count_model(supply, [slot.name for slot in slots], caps, hw)
     if not x:
         return None, {"status": "EMPTY"}
-    for need, vars_ in per_shape.items():
-        if len(vars_) > 1:
-            model.add(sum(vars_) <= supply[need])
+    objective = [(weight + dv.scaled_value(need.device_threads, hw[name])) * var for (need, name), var in x.items()]
     model.maximize(sum(objective))
     for key, var in x.items():
         model.add_hint(var, hint.get(key, 0))
@@ -369,7 +345,7 @@ class GlobalPolicy:
                 pool = JobPool.build(sorted(rest, key=dv.job_order), settings)
                 supply = _restricted_supply(pool, open_slots, caps)
                 hint = _counts_of(greedy_jobs, settings)
-                counts, info = _solve_block(supply, open_slots, caps, hint, settings, budget)
+                counts, info = _solve_exact(supply, open_slots, caps, hint, settings, budget)
                 statuses.append(str(info["status"]))
                 if "bound" in info:
                     bound_total = int(info["bound"] // info["weight"])

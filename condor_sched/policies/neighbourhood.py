@@ -132,16 +132,10 @@ def _useful_unplaced(names: Sequence[str], unplaced: Counts, caps: dict[str, lis
     return out
 
 
-def _repack(names: Sequence[str], on_device: dict[str, Counts], unplaced: Counts, caps: dict[str, list[int]],
-            hardware_threads: dict[str, int], settings: PlanSettings, limit_s: float
-            ) -> tuple[dict[str, Counts] | None, float]:
-    """The most jobs ``names`` can hold from their own and the unplaced ones, at least as
-    many as now (hinted with the current plan); None if CP-SAT found nothing in time. Also
-    the step's deterministic time."""
-    supply = _useful_unplaced(names, unplaced, caps, hardware_threads)
-    for name in names:
-        for need, n in on_device[name].items():
-            supply[need] = supply.get(need, 0) + n
+def count_model(supply: Counts, names: Sequence[str], caps: dict[str, list[int]], hardware_threads: dict[str, int]
+                ) -> tuple[cp_model.CpModel, dict[tuple[dv.Capacity, str], cp_model.IntVar]]:
+    """A device plan as CP-SAT sees it: a count per (shape, device), each device's free
+    capacity in every dimension and its hardware threads, each shape's supply; no objective."""
     model = cp_model.CpModel()
     x: dict[tuple[dv.Capacity, str], cp_model.IntVar] = {}
     per_shape: dict[dv.Capacity, list] = {}
@@ -155,7 +149,6 @@ def _repack(names: Sequence[str], on_device: dict[str, Counts], unplaced: Counts
             if most <= 0:
                 continue
             var = model.new_int_var(0, most, "")
-            model.add_hint(var, on_device[name].get(need, 0))
             x[need, name] = var
             per_shape.setdefault(need, []).append(var)
             for d in range(dv.N_DIMENSIONS):
@@ -167,6 +160,22 @@ def _repack(names: Sequence[str], on_device: dict[str, Counts], unplaced: Counts
     for need, vars_ in per_shape.items():
         if len(vars_) > 1:
             model.add(sum(vars_) <= supply[need])
+    return model, x
+
+
+def _repack(names: Sequence[str], on_device: dict[str, Counts], unplaced: Counts, caps: dict[str, list[int]],
+            hardware_threads: dict[str, int], settings: PlanSettings, limit_s: float
+            ) -> tuple[dict[str, Counts] | None, float]:
+    """The most jobs ``names`` can hold from their own and the unplaced ones, at least as
+    many as now (hinted with the current plan); None if CP-SAT found nothing in time. Also
+    the step's deterministic time."""
+    supply = _useful_unplaced(names, unplaced, caps, hardware_threads)
+    for name in names:
+        for need, n in on_device[name].items():
+            supply[need] = supply.get(need, 0) + n
+    model, x = count_model(supply, names, caps, hardware_threads)
+    for (need, name), var in x.items():
+        model.add_hint(var, on_device[name].get(need, 0))
     count = sum(x.values())
     model.add(count >= sum(sum(on_device[name].values()) for name in names))
     # most jobs first; among those, the largest (module docstring)
