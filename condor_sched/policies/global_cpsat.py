@@ -19,8 +19,8 @@ Model size (FACTS.md: a flat x[job, device] model is hopeless at 2000 x 200):
 * pools of up to ``neighbourhood.NEIGHBOURHOOD_DEVICES`` devices are then solved as one
   exact model; larger ones are improved by a large-neighbourhood search (``neighbourhood.py``:
   a few devices re-packed exactly at a time) until the limit or the device-group LP bound
-  (``bounds.py``). One exact model of the whole pool was the design before issue 11's
-  second round: on the shape-diverse queues of ``scripts/bench_plan`` with 10 to 60
+  (``bounds.py``). One exact model of the whole pool (cut into blocks when large) was the
+  design before issue 11's third round: on the shape-diverse queues of ``scripts/bench_plan`` with 10 to 60
   devices it placed fewer jobs within 2 s than the search (e.g. 600 / 40, seed 1: 286
   against 287), and on 900 / 60 none over the hint even in 30 s (README, Benchmarks).
 
@@ -30,8 +30,8 @@ at ``GREEDY_SHARE`` of the limit with a partial (valid) plan; a best-fit variant
 ``TIGHT_HINT_MAX_DEVICES`` devices) and the pattern plan only while time is left. The best
 of them is the hint (``add_hint``) and the fallback when time runs out. The exact model's
 answer replaces it only when it places at least as many jobs with at least the same
-objective, and the search returns the best plan it passed through, never worse than its start, so ``global`` never places fewer jobs than ``knapsack`` whenever the greedy
-completed (``stats["greedy_completed"]``; always in deterministic mode). With
+objective, and the search returns the best plan it passed through, never worse than its
+start, so ``global`` never places fewer jobs than ``knapsack`` whenever the greedy completed (``stats["greedy_completed"]``; always in deterministic mode). With
 ``settings.deterministic`` CP-SAT runs one worker under ``max_deterministic_time`` and no
 wall clock decides anything (byte-identical plans for the simulator).
 """
@@ -227,14 +227,9 @@ def _pattern_plan(
     return out
 
 
-def _counts_of(jobs_on: dict[str, list[Job]], settings: PlanSettings) -> dict[tuple[dv.Capacity, str], int]:
-    """A plan as its count per (shape, device)."""
-    out: dict[tuple[dv.Capacity, str], int] = {}
-    for name, jobs in jobs_on.items():
-        for job in jobs:
-            key = (dv.demand(job, settings), name)
-            out[key] = out.get(key, 0) + 1
-    return out
+def _flat(by_device: dict[str, nb.Counts]) -> dict[tuple[dv.Capacity, str], int]:
+    """Counts per device and shape as counts per (shape, device)."""
+    return {(need, name): n for name, counts in by_device.items() for need, n in counts.items()}
 
 
 def _counts_by_device(jobs_on: dict[str, list[Job]], settings: PlanSettings) -> dict[str, nb.Counts]:
@@ -337,14 +332,13 @@ class GlobalPolicy:
         bound_total: int | None = None
         improved = 0
         search: nb.SearchResult | None = None
-        if not leftover:
-            pass
-        elif len(open_slots) <= nb.NEIGHBOURHOOD_DEVICES:
+        on_device = _counts_by_device(greedy_jobs, settings)
+        if leftover and len(open_slots) <= nb.NEIGHBOURHOOD_DEVICES:
             budget = settings.solver_time_limit_s if settings.deterministic else deadline - time.perf_counter()
             if settings.deterministic or budget >= MIN_EXACT_S:
                 pool = JobPool.build(sorted(rest, key=dv.job_order), settings)
                 supply = _restricted_supply(pool, open_slots, caps)
-                hint = _counts_of(greedy_jobs, settings)
+                hint = _flat(on_device)
                 counts, info = _solve_exact(supply, open_slots, caps, hint, settings, budget)
                 statuses.append(str(info["status"]))
                 if "bound" in info:
@@ -352,18 +346,16 @@ class GlobalPolicy:
                 if counts is not None and _objective(counts, hw) >= _objective(hint, hw):
                     improved = int(_objective(counts, hw) > _objective(hint, hw))
                     final = _jobs_for(counts, pool, open_slots)
-        else:
+        elif leftover:
             groups = device_groups(open_slots, caps)
             target = group_lp(dict(Counter(dv.demand(j, settings) for j in rest)), groups).bound
             bound_total = target
-            on_device = _counts_by_device(greedy_jobs, settings)
             unplaced = Counter(dv.demand(j, settings) for j in leftover)
             search = nb.improve(on_device, unplaced, open_slots, caps, settings, deadline, target)
             if search.accepted:
                 improved = 1
                 pool = JobPool.build(sorted(rest, key=dv.job_order), settings)
-                final = _jobs_for({(need, name): n for name, c in search.on_device.items() for need, n in c.items()},
-                                  pool, open_slots)
+                final = _jobs_for(_flat(search.on_device), pool, open_slots)
 
         state.assignments = list(base_assignments)
         slot_by_name = {s.name: s for s in open_slots}

@@ -1,7 +1,7 @@
 """Large-neighbourhood search over a device plan: a few devices re-packed exactly at a time.
 
-``global`` (issue 11) ends with this when one exact CP-SAT model of the whole pool is too
-large to solve within the limit. A *step* takes ``NEIGHBOURHOOD_DEVICES`` devices, frees
+``global`` (issue 11) ends with this on pools of more than ``NEIGHBOURHOOD_DEVICES``
+devices, where one exact CP-SAT model of the whole pool finds little within a limit. A *step* takes ``NEIGHBOURHOOD_DEVICES`` devices, frees
 their jobs, and lets CP-SAT choose the most jobs those devices can hold from the freed jobs
 and every unplaced one (a count per shape and device; threads, cpus, host memory and
 device memory hard, as in the full model). The devices are drawn with probability
@@ -26,9 +26,9 @@ one that would take an unplaced job an earlier one took is dropped.
 
 No time is lost on a plan that is already optimal: the search stops at ``target`` (the
 device-group LP bound), or after ``STALL_ROUNDS`` rounds of steps without an accepted one
-(a local optimum of these neighbourhoods; the simulator's Table I pools end there). With ``settings.deterministic`` each step has a deterministic
-CP-SAT limit and the steps are counted against the deterministic budget, so no clock
-decides anything.
+(a local optimum of these neighbourhoods; the simulator's Table I pools end there). With
+``settings.deterministic`` each step has a deterministic CP-SAT limit and the steps are
+counted against the deterministic budget, so no clock decides anything.
 """
 from __future__ import annotations
 
@@ -37,9 +37,9 @@ import os
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from ortools.sat.python import cp_model
 
@@ -269,7 +269,10 @@ def improve(on_device: dict[str, Counts], unplaced: Counts, slots: Sequence[Slot
         placed += after - before
         return True
 
-    with ThreadPoolExecutor(parallel) if parallel > 1 else _no_pool() as pool:
+    def step(chosen: list[str]) -> tuple[dict[str, Counts] | None, float]:
+        return _repack(chosen, current, unplaced, caps, hardware_threads, settings, limit)
+
+    with ThreadPoolExecutor(parallel) if parallel > 1 else nullcontext() as pool:
         while placed < target and unplaced and since_accepted < stall_limit:
             if settings.deterministic:
                 if spent >= budget or result.steps >= max_steps:
@@ -282,11 +285,7 @@ def improve(on_device: dict[str, Counts], unplaced: Counts, slots: Sequence[Slot
                 limit = min(STEP_LIMIT_S, left)
             drawn = [names[i] for i in _draw(rng, weights, k * parallel)]
             steps = [drawn[j : j + k] for j in range(0, len(drawn), k)]
-            if pool is None:
-                answers = [_repack(chosen, current, unplaced, caps, hardware_threads, settings, limit) for chosen in steps]
-            else:
-                answers = list(pool.map(lambda chosen: _repack(chosen, current, unplaced, caps, hardware_threads,
-                                                               settings, limit), steps))
+            answers = list((pool.map if pool is not None else map)(step, steps))
             for chosen, (answer, step_time) in zip(steps, answers):
                 result.steps += 1
                 since_accepted += 1
@@ -301,8 +300,3 @@ def improve(on_device: dict[str, Counts], unplaced: Counts, slots: Sequence[Slot
         current[name] = counts
     result.gained = best_key[0] - start
     return result
-
-
-@contextmanager
-def _no_pool() -> Iterator[None]:
-    yield None
