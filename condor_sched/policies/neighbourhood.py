@@ -196,6 +196,19 @@ def _repack(names: Sequence[str], on_device: dict[str, Counts], unplaced: Counts
     return out, spent
 
 
+def step_limit(settings: PlanSettings, spent: float, budget: float, steps: int, max_steps: int, deadline: float,
+               most: float, least_wall: float) -> float | None:
+    """The CP-SAT limit of a search's next step, at most ``most``: in deterministic mode
+    what is left of ``budget`` after ``spent`` (None once it or ``max_steps`` is used up),
+    else the wall time left to ``deadline`` (None below ``least_wall``)."""
+    if settings.deterministic:
+        if spent >= budget or steps >= max_steps:
+            return None
+        return min(most, budget - spent)
+    left = deadline - time.perf_counter()
+    return None if left < least_wall else min(most, left)
+
+
 def _draw(rng: random.Random, weights: list[float], k: int) -> list[int]:
     """``k`` distinct indices drawn by weight (uniformly once the draws keep repeating)."""
     cum = list(itertools.accumulate(weights))
@@ -274,15 +287,9 @@ def improve(on_device: dict[str, Counts], unplaced: Counts, slots: Sequence[Slot
 
     with ThreadPoolExecutor(parallel) if parallel > 1 else nullcontext() as pool:
         while placed < target and unplaced and since_accepted < stall_limit:
-            if settings.deterministic:
-                if spent >= budget or result.steps >= max_steps:
-                    break
-                limit = min(STEP_LIMIT_S, budget - spent)
-            else:
-                left = deadline - time.perf_counter()
-                if left < MIN_STEP_S:
-                    break
-                limit = min(STEP_LIMIT_S, left)
+            limit = step_limit(settings, spent, budget, result.steps, max_steps, deadline, STEP_LIMIT_S, MIN_STEP_S)
+            if limit is None:
+                break
             drawn = [names[i] for i in _draw(rng, weights, k * parallel)]
             steps = [drawn[j : j + k] for j in range(0, len(drawn), k)]
             answers = list((pool.map if pool is not None else map)(step, steps))
