@@ -15,3 +15,4 @@ from condor_sched.policies import random_packing  # noqa: E402,F401
 from condor_sched.policies import sns  # noqa: E402,F401
 from condor_sched.policies import sns_global  # noqa: E402,F401
 from condor_sched.policies import spread_baselines  # noqa: E402,F401
+from condor_sched.policies import thread_fill  # noqa: E402,F401

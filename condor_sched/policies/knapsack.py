@@ -42,7 +42,7 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -303,6 +303,11 @@ class JobPool:
 # --------------------------------------------------------------------------- greedy (Fig. 4)
 
 
+#: A job's integer profit in a device's knapsack from its demand and the device's hardware
+#: threads; it must not depend on device memory (a class's jobs are equally worth).
+Profit = Callable[[dv.Capacity, int], int]
+
+
 def _solve_device(
     cands: list[tuple[dv.Capacity, int]],
     cap: Sequence[int],
@@ -310,10 +315,13 @@ def _solve_device(
     settings: PlanSettings,
     tight: bool = False,
     max_cells: int = MAX_DP_CELLS,
+    profit: Profit | None = None,
 ) -> tuple[list[int], bool]:
-    total = sum(c for _, c in cands)
-    weight = dv.count_weight(total)
-    profits = [weight + dv.scaled_value(need.device_threads, hardware_threads) for need, _ in cands]
+    if profit is None:
+        weight = dv.count_weight(sum(c for _, c in cands))
+        profits = [weight + dv.scaled_value(need.device_threads, hardware_threads) for need, _ in cands]
+    else:
+        profits = [profit(need, hardware_threads) for need, _ in cands]
     if tight:  # third criterion: most device memory used (best fit)
         scale = cap[dv.MEMORY] + 1
         profits = [p * scale + need.device_memory_granules for p, (need, _) in zip(profits, cands)]
@@ -347,6 +355,7 @@ def greedy_fill(
     max_cells: int = MAX_DP_CELLS,
     reuse_inexact: bool = False,
     reuse: bool = True,
+    profit: Profit | None = None,
 ) -> dict[str, object]:
     """Fig. 4: fill each open device in turn with an exact knapsack over the jobs left.
 
@@ -360,7 +369,9 @@ def greedy_fill(
     capacity and hardware threads is taken again when the jobs left still allow it. It is
     then still optimal: jobs only leave the pool, so the smallest k jobs of a class only get
     bigger and every answer feasible now was feasible then (``reuse=False`` turns this off:
-    the tests' plain MCCK). ``max_cells`` < ``MAX_DP_CELLS``
+    the tests' plain MCCK). ``profit`` replaces paper 002's count-then-Eq. 1 profit (another
+    policy's value function; the exact speed-up holds for any profit of the class alone).
+    ``max_cells`` < ``MAX_DP_CELLS``
     and ``reuse_inexact`` (take the last answer again even when it was not exact) are
     ``lp-pack``'s options, which give up exactness for speed."""
     memo: dict[tuple, tuple[list[int], bool]] = {}
@@ -386,7 +397,7 @@ def greedy_fill(
             continue
         key = (tuple(cap), hw, tuple(cands))
         if key not in memo:
-            memo[key] = _solve_device(cands, cap, hw, settings, tight, max_cells)
+            memo[key] = _solve_device(cands, cap, hw, settings, tight, max_cells, profit)
             solves += 1
         else:
             hits += 1

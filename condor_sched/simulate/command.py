@@ -13,6 +13,7 @@ from condor_sched.policies.base import PlanSettings, PolicyError
 from condor_sched.profiles import ProfileError
 from condor_sched.simulate.engine import DEFAULT_CYCLE_S, MAX_CYCLE_S, MIN_CYCLE_S, SimulationError
 from condor_sched.simulate.metrics import PlotError, to_json, write_plots
+from condor_sched.simulate.offload import MODELS
 from condor_sched.simulate.study import simulate_report, spec_for
 from condor_sched.simulate.workloads import MAX_WORKLOAD_JOBS, WorkloadError, default_jobs, is_builtin
 
@@ -56,12 +57,16 @@ _KEYS = ("makespan_s", "mean_wait_s", "mean_turnaround_s", "mean_slowdown", "thr
 @click.option("--thread-overcommit", "thread_overcommit", type=THREAD_OVERCOMMIT, default=1.0,
               show_default=True, help="Device threads a plan may use, as a multiple of the hardware threads "
                                       "(the offload model serialises what oversubscribes them, as COSMIC does).")
+@click.option("--offload-model", "offload_model", type=click.Choice(sorted(MODELS)), default="offload",
+              show_default=True, help="Device workloads: offloads of equal length (offload), or lengths drawn "
+                                      "per offload with the same totals (offload-drawn).")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,
               help="Write utilisation and concurrency PNGs to this directory (needs matplotlib).")
 def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy: str, seed: int,
                      inventory_path: str | None, sequences: int | None, footprint_against: str | None,
-                     cycle_s: float, age_limit_cycles: int | None, thread_overcommit: float, as_json: bool, plot_dir: str | None) -> None:
+                     cycle_s: float, age_limit_cycles: int | None, thread_overcommit: float, offload_model: str,
+                     as_json: bool, plot_dir: str | None) -> None:
     """Simulate a workload under a policy on a simulated pool.
 
     \b
@@ -86,7 +91,7 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
         settings = PlanSettings(thread_overcommit=thread_overcommit)
         if age_limit_cycles is not None:
             settings = replace(settings, age_limit_cycles=age_limit_cycles)
-        spec = spec_for(workload, policy, cycle_s, settings, inventory, nodes or 8)
+        spec = spec_for(workload, policy, cycle_s, settings, inventory, nodes or 8, offload_model)
         show_bar = sys.stdout.isatty() and not as_json
         total = (sequences or 1) * (jobs or default_jobs(workload)) if is_builtin(workload) else None
         bar = click.progressbar(length=total, label="simulating") if show_bar and total else nullcontext()

@@ -25,6 +25,7 @@ Parallel CPU jobs (Spread-n-Share, paper 000) run under the profile-driven model
 """
 from __future__ import annotations
 
+import random
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol
@@ -88,7 +89,8 @@ class _Offload:
 
 @dataclass(slots=True)
 class OffloadDevice:
-    """A device under COSMIC: offloads run when their threads fit, else queue FIFO."""
+    """A device under COSMIC: offloads run when their threads fit, else queue FIFO. Every
+    offload of a job lasts the same (and every host phase): run time x fraction / offloads."""
 
     hardware_threads: int
     clock: Clock
@@ -108,6 +110,7 @@ class OffloadDevice:
         self._host_phase(job, now)
 
     def _phase_lengths(self, job: SimJob) -> tuple[float, float]:
+        """The job's next host phase and offload, in seconds."""
         host_s = job.exclusive_runtime_s * (1.0 - job.offload_fraction) / job.offloads
         offload_s = job.exclusive_runtime_s * job.offload_fraction / job.offloads
         return host_s, offload_s
@@ -144,6 +147,41 @@ class OffloadDevice:
         self._start_queued(now)
 
 
+@dataclass(slots=True)
+class DrawnOffloadDevice(OffloadDevice):
+    """The same device with each phase's length drawn (issue 12: is a policy's gain an
+    artefact of equal offloads?). A job's offload time, run time x fraction, is split over
+    its offloads in shares drawn from a flat Dirichlet (i.i.d. exponential weights,
+    normalised), and its host time likewise, so its exclusive run time and offload fraction
+    are those of the fixed model (the calibration holds) while one offload may be many times
+    another. Draws are seeded by the job's index, so runs stay byte-identical."""
+
+    _phases: dict = field(default_factory=dict)
+
+    def admit(self, job: SimJob, now: float) -> None:
+        rng = random.Random(job.index)
+        hosts = [rng.expovariate(1.0) for _ in range(job.offloads)]
+        offloads = [rng.expovariate(1.0) for _ in range(job.offloads)]
+        host_s = job.exclusive_runtime_s * (1.0 - job.offload_fraction)
+        offload_s = job.exclusive_runtime_s * job.offload_fraction
+        self._phases[job.index] = [(host_s * h / sum(hosts), offload_s * o / sum(offloads))
+                                   for h, o in zip(hosts, offloads)]
+        OffloadDevice.admit(self, job, now)
+
+    def _phase_lengths(self, job: SimJob) -> tuple[float, float]:
+        return self._phases[job.index][self._done_offloads[job.index]]
+
+
+@dataclass(frozen=True, slots=True)
+class DrawnOffloadModel:
+    """Paper 002's offload model with phase lengths drawn per offload (``DrawnOffloadDevice``)."""
+
+    name: str = "offload-drawn"
+
+    def device(self, hardware_threads: int, clock: Clock, record: bool = False) -> DrawnOffloadDevice:
+        return DrawnOffloadDevice(hardware_threads, clock, record)
+
+
 @dataclass(frozen=True, slots=True)
 class OffloadModel:
     """Paper 002's offload model (Figs. 2-3) with COSMIC's FIFO thread guard."""
@@ -154,4 +192,4 @@ class OffloadModel:
         return OffloadDevice(hardware_threads, clock, record)
 
 
-MODELS: dict[str, Callable[[], RuntimeModel]] = {"offload": OffloadModel}
+MODELS: dict[str, Callable[[], RuntimeModel]] = {"offload": OffloadModel, "offload-drawn": DrawnOffloadModel}

@@ -13,7 +13,7 @@ from condor_sched.policies.base import PlanSettings, get_policy
 from condor_sched.profiles import ProfileStore
 from condor_sched.simulate.engine import DEFAULT_CYCLE_S, RunResult, first_nodes, phi_inventory, simulate, xeon_inventory
 from condor_sched.simulate.metrics import mean_metrics, run_metrics
-from condor_sched.simulate.offload import OffloadModel, RuntimeModel
+from condor_sched.simulate.offload import MODELS, RuntimeModel
 from condor_sched.simulate.profile_model import ProfileDrivenModel
 from condor_sched.simulate.workloads import SimJob, Workload, default_profiles, is_parallel_workload, load_workload
 
@@ -31,15 +31,19 @@ class RunSpec:
 
 
 def spec_for(workload: str, policy: str, cycle_s: float = DEFAULT_CYCLE_S, settings: PlanSettings | None = None,
-             inventory: Inventory | None = None, nodes: int = 8) -> RunSpec:
+             inventory: Inventory | None = None, nodes: int = 8, offload_model: str = "offload") -> RunSpec:
     """The default pool and model of a workload: ``sns-random`` runs the profile model on
-    ``nodes`` Xeon nodes with the 12 bundled profiles; device
-    workloads run the offload model on ``nodes`` one-Phi nodes."""
+    ``nodes`` Xeon nodes with the 12 bundled profiles; device workloads run the offload
+    model named ``offload_model`` (``offload.MODELS``) on ``nodes`` one-Phi nodes."""
     settings = settings or PlanSettings()
+    if offload_model not in MODELS:
+        raise ValueError(f"unknown offload model {offload_model!r}; known: {', '.join(sorted(MODELS))}")
     if is_parallel_workload(workload):
+        if offload_model != "offload":
+            raise ValueError(f"{workload} runs parallel CPU jobs under the profile model, not {offload_model!r}")
         store = default_profiles()
         return RunSpec(policy, inventory or xeon_inventory(nodes), cycle_s, ProfileDrivenModel(store), settings, store)
-    return RunSpec(policy, inventory or phi_inventory(nodes), cycle_s, OffloadModel(), settings)
+    return RunSpec(policy, inventory or phi_inventory(nodes), cycle_s, MODELS[offload_model](), settings)
 
 
 def run(jobs: Sequence[SimJob], spec: RunSpec, nodes: int | None, seed: int, *, record: bool = False,
