@@ -27,10 +27,12 @@ group whose n best sum lowest), else to the n lowest-metric nodes of the pool. F
 this choice is an assignment problem with a separable objective, which sorting solves
 exactly (so no solver is needed here; ``sns-global`` uses CP-SAT across several jobs).
 
-Scale order (Fig. 11). The fastest profiled scale first, then the others in order of
-profiled exclusive run time; a job fitting none is delayed. Priority is age (cycles since
+Scale order (Fig. 11, :func:`scale_order`). The fastest profiled scale first, then the
+others in order of profiled exclusive run time; neutral programs smallest footprint first
+(Section 6.1: spread "passively ... to utilize residual cores"); a job fitting none is
+delayed. Priority is age (cycles since
 its procs were first seen, ``PlanRequest.age_of``),
-oldest first. A job whose age reaches ``settings.age_limit_cycles`` is no longer delayed:
+oldest first. A job whose age reaches ``settings.spread_age_limit()`` is no longer delayed:
 if no scale fits its (c, w, b) it is placed at the fastest scale whose cores fit, taking
 min(w, free) ways and min(b, free) bandwidth per socket (``details["relaxed"] = True``);
 if even its cores fit nowhere, it holds the lower-priority jobs back this cycle so that
@@ -59,7 +61,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from condor_sched.model import Assignment, Job, Plan, Resources, Slot, SlotKind, Unplaced
 from condor_sched.policies.base import PlanRequest, PlanSettings, PolicyKind, register, too_large_reason
-from condor_sched.profiles import Profile, ProfileStore
+from condor_sched.profiles import Profile, ProfileStore, ProgramClass
 
 BETA = 2.0
 #: Bandwidth is accounted in steps of this many GB/s (rounded up per proc).
@@ -207,6 +209,10 @@ class Demand:
     bw_per_core: float
     relaxed: bool = False
     exclusive: bool = False
+    #: Each proc to the socket with the most free cores (ties: lowest index), so a job's
+    #: procs split evenly over a node's sockets as in the profiled runs ("8 cores per
+    #: socket", Section 6.1) and as MPI's default by-socket mapping does: CE and CS.
+    balanced: bool = False
 
 
 @dataclass(slots=True)
@@ -223,7 +229,8 @@ def fit_on_node(node: NodeState, procs: Sequence[Job], demand: Demand) -> NodePl
     """Procs onto the node's sockets, first-fit decreasing: sockets the job already uses
     first, then new ones with most free cores; a new socket needs ``demand.ways`` free ways
     (relaxed: whatever is free) and each proc r * b free bandwidth (relaxed: what is left).
-    Exclusive (CE): only wholly free sockets, whose ways and bandwidth the job takes all."""
+    Exclusive (CE): only wholly free sockets, whose ways and bandwidth the job takes all.
+    Balanced: each proc to the socket with most free cores left (``Demand.balanced``)."""
     cpus = [s.cpus for s in node.sockets]
     bw = [s.bw_gbs for s in node.sockets]
     memory = [s.memory_mb for s in node.sockets]
@@ -233,7 +240,9 @@ def fit_on_node(node: NodeState, procs: Sequence[Job], demand: Demand) -> NodePl
     for proc in sorted(procs, key=lambda p: (-p.request.cpus, p.key)):
         r = proc.request.cpus
         need_bw = bw_units(r * demand.bw_per_core)
-        for i in sorted(order, key=lambda i: i not in used):
+        tries = (sorted(order, key=lambda i: (-cpus[i], i)) if demand.balanced
+                 else sorted(order, key=lambda i: i not in used))
+        for i in tries:
             sock = node.sockets[i]
             if cpus[i] < r or memory[i] < proc.request.memory_mb:
                 continue
@@ -335,13 +344,27 @@ class Option:
     demand: Demand
 
 
+def scale_order(profile: Profile) -> list[int]:
+    """The order in which a job's profiled scales are tried (Fig. 11).
+
+    Scaling and compact programs: fastest exclusive run first, then the others by run time
+    ("in descending order of profiled exclusive run overall performance", Section 4.4).
+    Neutral programs (run times within 5%): smallest footprint first, k = 1, 2, 4, 8, since
+    "SNS scales such programs passively, not for improving their performance but to utilize
+    residual cores distributed on multiple nodes" (Section 6.1); their fastest scale wins by
+    under 5%, an advantage that "only appear[s] with exclusive mode"."""
+    if profile.program_class is ProgramClass.NEUTRAL:
+        return sorted(k for k in profile.runtime_s if k <= profile.max_scale)
+    return profile.scales()
+
+
 def scale_options(job: ClusterJob, profile: Profile, cores_per_node: int, full_ways: int) -> list[Option]:
-    """(k, n, w, b) for every profiled scale, fastest first (Section 4.3, Fig. 11); the
-    sub-optimal scales only where they meet the degradation constraint alpha (Section 5.1:
-    predicted run time at most t(1) / alpha, ``Profile.predicted_slowdown``)."""
+    """(k, n, w, b) for every profiled scale in :func:`scale_order` (Section 4.3, Fig. 11);
+    the scales after the first only where they meet the degradation constraint alpha
+    (Section 5.1: predicted run time at most t(1) / alpha, ``Profile.predicted_slowdown``)."""
     base = math.ceil(job.cores / cores_per_node)
     out = []
-    for i, k in enumerate(profile.scales()):
+    for i, k in enumerate(scale_order(profile)):
         if i > 0 and profile.predicted_slowdown(job.alpha, k, full_ways) > 1.0 / job.alpha + 1e-9:
             continue
         n = min(k * base, len(job.procs))
@@ -360,14 +383,15 @@ def pool_shape(nodes: Sequence[NodeState]) -> tuple[int, int]:
 def place_ce(job: ClusterJob, nodes: Sequence[NodeState], cores_per_node: int,
              scale_factor: int = 1) -> list[NodePlacement] | None:
     """Compact-exclusive: k * ceil(P/T) whole idle nodes (in machine order), procs evenly
-    (k = 1 is CE proper; k > 1 is a piggyback-profiling run at a wider scale)."""
+    over the nodes and over each node's sockets, as in the profiled runs (k = 1 is CE
+    proper; k > 1 is a piggyback-profiling run at a wider scale)."""
     n = min(scale_factor * math.ceil(job.cores / cores_per_node), len(job.procs))
     idle = [nd for nd in nodes if nd.is_idle()]
     job_bundles = bundles(job.procs, n)
     out = []
     for bundle in job_bundles:
         for nd in idle:
-            pl = fit_on_node(nd, bundle, Demand(0, 0.0, exclusive=True))
+            pl = fit_on_node(nd, bundle, Demand(0, 0.0, exclusive=True, balanced=True))
             if pl is not None:
                 idle.remove(nd)
                 out.append(pl)
@@ -414,7 +438,7 @@ class SnsPlanner:
 
     def plan_job(self, job: ClusterJob) -> bool:
         """Place one job (Fig. 11); False when it stays queued."""
-        aged = job.age >= self.settings.age_limit_cycles
+        aged = job.age >= self.settings.spread_age_limit()
         options = self.options(job)
         if options is None:
             k = int(self.exploration_scales.get(job.program.lower(), 1))
@@ -439,7 +463,7 @@ class SnsPlanner:
         if aged and self._place_relaxed(job, options):
             return True
         tried = ", ".join(f"k={o.k} (n={o.n}, w={o.demand.ways}, b={o.demand.bw_per_core:.3g})" for o in options)
-        self.delay(job, f"delayed (age {job.age}/{self.settings.age_limit_cycles} cycles): no scale fits; tried {tried}")
+        self.delay(job, f"delayed (age {job.age}/{self.settings.spread_age_limit()} cycles): no scale fits; tried {tried}")
         return False
 
     def _place_relaxed(self, job: ClusterJob, options: Sequence[Option], **extra: Any) -> bool:
@@ -458,7 +482,7 @@ class SnsPlanner:
             if blocker is not None:
                 self.delay(job, f"waiting: aged job {blocker.name} holds back lower-priority jobs")
                 continue
-            if not self.plan_job(job) and block and job.age >= self.settings.age_limit_cycles:
+            if not self.plan_job(job) and block and job.age >= self.settings.spread_age_limit():
                 blocker = job
 
 

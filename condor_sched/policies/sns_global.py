@@ -170,7 +170,7 @@ class SnsGlobalPolicy:
         greedy_value = _objective(greedy, greedy.assignments, by_key, metric)
         stats: dict[str, Any] = {"greedy_objective": greedy_value}
         chosen = greedy
-        if clusters and not any(c.age >= settings.age_limit_cycles for c in clusters):
+        if clusters and not any(c.age >= settings.spread_age_limit() for c in clusters):
             cp = SnsPlanner(request, settings)
             limit = settings.sns_global_max_jobs
             model_jobs = [c for c in clusters if cp.store.get(c.program) is not None
