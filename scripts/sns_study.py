@@ -31,6 +31,13 @@ def geo(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
+def aging(age: int) -> PlanSettings:
+    """Settings with the spread policies' aging limit at ``age`` cycles (the device limit too)."""
+    if "spread_age_limit_cycles" in PlanSettings.__dataclass_fields__:
+        return PlanSettings(age_limit_cycles=age, spread_age_limit_cycles=age)
+    return PlanSettings(age_limit_cycles=age)  # before the separate spread limit
+
+
 def parse_row(row: str) -> tuple[str, int]:
     policy, _, age = row.partition("@")
     return policy, (OFF if age in ("", "off") else int(age))
@@ -55,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     per_class: dict[tuple[str, int], dict[str, list[tuple[float, float]]]] = {}
     scaling_ratio: list[float] = []
     for policy, age in rows:
-        spec = RunSpec(policy, xeon_inventory(8), args.cycle_s, model, PlanSettings(age_limit_cycles=age), store)
+        spec = RunSpec(policy, xeon_inventory(8), args.cycle_s, model, aging(age), store)
         out, classes = [], defaultdict(list)
         for seed in seeds:
             jobs = sns_random_jobs(20, seed, store)

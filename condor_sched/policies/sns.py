@@ -213,6 +213,19 @@ class Demand:
     #: procs split evenly over a node's sockets as in the profiled runs ("8 cores per
     #: socket", Section 6.1) and as MPI's default by-socket mapping does: CE and CS.
     balanced: bool = False
+    #: Cores per node of the profiled layout (P / n), split evenly over a node's sockets.
+    #: The curves' w holds for that many procs per socket: a socket given m of the job's
+    #: procs needs ceil(w * m / reference) ways, the same LLC per process, and at least
+    #: min(w, 2) ("most programs need at least 2 ways", Section 5.1). 0: w per socket.
+    reference_cores_per_node: float = 0.0
+
+    def ways_for(self, cores_here: int, sockets_per_node: int) -> int:
+        """Ways a socket hosting ``cores_here`` of the job's cores must give it (may exceed
+        what a socket has: then that socket cannot host so many)."""
+        if self.reference_cores_per_node <= 0:
+            return self.ways
+        reference = self.reference_cores_per_node / max(1, sockets_per_node)
+        return max(min(self.ways, 2), math.ceil(self.ways * cores_here / reference - 1e-9))
 
 
 @dataclass(slots=True)
@@ -227,14 +240,16 @@ class NodePlacement:
 
 def fit_on_node(node: NodeState, procs: Sequence[Job], demand: Demand) -> NodePlacement | None:
     """Procs onto the node's sockets, first-fit decreasing: sockets the job already uses
-    first, then new ones with most free cores; a new socket needs ``demand.ways`` free ways
-    (relaxed: whatever is free) and each proc r * b free bandwidth (relaxed: what is left).
+    first, then new ones with most free cores; a socket needs ``demand.ways_for`` its procs
+    free ways (w, more when it hosts more of the job's procs than the profiled layout;
+    relaxed: whatever is free) and each proc r * b free bandwidth (relaxed: what is left).
     Exclusive (CE): only wholly free sockets, whose ways and bandwidth the job takes all.
     Balanced: each proc to the socket with most free cores left (``Demand.balanced``)."""
     cpus = [s.cpus for s in node.sockets]
     bw = [s.bw_gbs for s in node.sockets]
     memory = [s.memory_mb for s in node.sockets]
     used: dict[int, int] = {}
+    cores_here = [0] * len(node.sockets)
     out: list[tuple[Job, int, float]] = []
     order = sorted(range(len(node.sockets)), key=lambda i: (-node.sockets[i].cpus, i))
     for proc in sorted(procs, key=lambda p: (-p.request.cpus, p.key)):
@@ -250,18 +265,19 @@ def fit_on_node(node: NodeState, procs: Sequence[Job], demand: Demand) -> NodePl
                 if sock.cpus != sock.slot.total.cpus:
                     continue
                 ways, take = sock.ways, 0.0
-            elif demand.relaxed:
-                ways, take = min(demand.ways, sock.ways), min(need_bw, max(0.0, bw[i]))
             else:
-                if i not in used and sock.ways < demand.ways:
-                    continue
-                if need_bw > bw[i] + _EPS:
-                    continue
-                ways, take = demand.ways, need_bw
+                need_ways = demand.ways_for(cores_here[i] + r, len(node.sockets))
+                if demand.relaxed:
+                    ways, take = min(need_ways, sock.ways), min(need_bw, max(0.0, bw[i]))
+                else:
+                    if sock.ways < need_ways or need_bw > bw[i] + _EPS:
+                        continue
+                    ways, take = need_ways, need_bw
             cpus[i] -= r
             memory[i] -= proc.request.memory_mb
             bw[i] -= take
-            used.setdefault(i, ways)
+            cores_here[i] += r
+            used[i] = max(used.get(i, 0), ways)
             out.append((proc, i, take))
             break
         else:
@@ -369,7 +385,7 @@ def scale_options(job: ClusterJob, profile: Profile, cores_per_node: int, full_w
             continue
         n = min(k * base, len(job.procs))
         w, b = profile.demand(job.alpha, k, full_ways)
-        out.append(Option(k, n, Demand(w, b)))
+        out.append(Option(k, n, Demand(w, b, reference_cores_per_node=job.cores / n)))
     return out
 
 
@@ -468,7 +484,7 @@ class SnsPlanner:
 
     def _place_relaxed(self, job: ClusterJob, options: Sequence[Option], **extra: Any) -> bool:
         for option in options:
-            relaxed = Demand(option.demand.ways, option.demand.bw_per_core, relaxed=True)
+            relaxed = replace(option.demand, relaxed=True)
             pls = self.try_option(job, Option(option.k, option.n, relaxed))
             if pls is not None:
                 self.place(job, Option(option.k, option.n, relaxed), pls, relaxed=True, **extra)

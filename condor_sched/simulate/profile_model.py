@@ -17,9 +17,13 @@ job j with m_j procs there at scale k:
   with all ways d_j = m_j * bw_k(W) (under ``cs`` every job shares all W ways this way: a
   job's LLC occupancy follows its miss traffic), or, when every job has ways, in equal
   shares R / |jobs|. That is the job's effective ways e_j.
-* Cache: IPC factor c_j = IPC_k(e_j) / IPC_k(W) on the IPC-LLC curve (its exclusive run
+* LLC per process: the curves at scale k were measured with the profiled layout's r_j
+  procs per socket (below); m_j procs sharing e_j ways have e_j / m_j ways each, which the
+  curves give at e'_j = min(W, e_j * r_j / m_j) ways (Sec. 2 / Fig. 5: spreading lowers
+  the miss rate "thanks to increased LLC capacity"; crowding raises it).
+* Cache: IPC factor c_j = IPC_k(e'_j) / IPC_k(W) on the IPC-LLC curve (its exclusive run
   had all W ways), so fewer ways than w lower IPC along the curve (below alpha * F-IPC).
-* Bandwidth: demand D = sum_j m_j * bw_k(e_j) on the BW-LLC curve. When D > B every job
+* Bandwidth: demand D = sum_j m_j * bw_k(e'_j) on the BW-LLC curve. When D > B every job
   there slows in proportion, factor B / D; normalised by the job's own state in its
   profiled exclusive run, a_j = min(1, B / (r_j * bw_k(W))), with r_j = P / (n * S) its
   procs per socket when its P procs are split evenly over its n nodes and their S sockets
@@ -160,6 +164,10 @@ class PoolRuntime:
                     effective[i] = left * (full_bw[i] / weight if weight > 0 else 1.0 / len(shared))
             else:
                 effective = [e + left / len(jobs) for e in effective]
+            # LLC per process: the curves at scale k hold for the profiled layout's procs per
+            # socket; m procs in e ways see what the curve gives at e * reference / m ways.
+            effective = [min(ways, e * r.reference_procs_per_socket / s.procs) if s.procs > 0 else e
+                         for (r, s), e in zip(jobs, effective)]
             demand = sum(s.procs * interpolate(curve_at(r.profile.bw_llc_gbs, r.scale), e)
                          for (r, s), e in zip(jobs, effective))
             contended = min(1.0, peak / demand) if demand > 0 else 1.0

@@ -46,13 +46,14 @@ def test_demand_computed_by_hand_for_mg_and_cg():
     # P = 16, T = 28: n = 1 * ceil(16/28) = 1 node, c = ceil(16/1) = 16 cores.
     mg = STORE.get("MG")
     assert mg.demand(0.9, 1, 20) == (3, pytest.approx(7.25))
-    # CG, alpha 0.9, k = 2 (its fastest scale): IPC(9) = 0.87 + 0.03 * 1/2 = 0.885 < 0.9;
-    # IPC(10) = 0.90, so w = 10; b = BW(10) = 3.15.
+    # CG, alpha 0.9, k = 2 (its fastest scale): the k = 1 curves at 2 x the ways (half the
+    # processes per socket), IPC_2(4) = IPC_1(8) = 0.85 < 0.9, IPC_2(5) = IPC_1(10) = 0.90,
+    # so w = 5; b = BW_2(5) = 3.03 * BW_1(10) / BW_1(20) = 3.03 * 2.8 / 2.68 = 3.1657.
     # n = 2 * ceil(16/28) = 2 nodes, c = ceil(16/2) = 8 cores each.
-    assert STORE.get("CG").demand(0.9, 2, 20) == (10, pytest.approx(3.15))
-    # alpha 0.8 lowers the target to 0.8: CG k=2, IPC(7) = 0.72 + 0.15 * 3/4 = 0.8325 >= 0.8,
-    # IPC(6) = 0.795 < 0.8, so w = 7; b = BW(7) = 3.6 - 0.4 * 3/4 = 3.3.
-    assert STORE.get("CG").demand(0.8, 2, 20) == (7, pytest.approx(3.3))
+    assert STORE.get("CG").demand(0.9, 2, 20) == (5, pytest.approx(3.1657))
+    # alpha 0.8 lowers the target to 0.8: IPC_2(3) = IPC_1(6) = 0.775 < 0.8, IPC_2(4) =
+    # 0.85, so w = 4; b = BW_2(4) = 3.03 * BW_1(8) / 2.68 = 3.03 * 2.9 / 2.68 = 3.2787.
+    assert STORE.get("CG").demand(0.8, 2, 20) == (4, pytest.approx(3.2787))
     cg = sns.group_clusters(request(cluster(1, "CG"), ())[0])[0][0]
     options = sns.scale_options(cg, STORE.get("CG"), 28, 20)
     assert [(o.k, o.n) for o in options] == [(2, 2), (4, 4), (1, 1), (8, 8)]
@@ -66,8 +67,9 @@ def test_cg_spreads_to_two_nodes_with_hand_computed_details():
     for a in plan.assignments:
         d = a.details
         assert (d["scale_factor"], d["nodes"], d["cores_per_node"], d["program"]) == (2, 2, 8, "CG")
-        assert d["group_llc_ways"] == 10 and d["mem_bw_gbs"] == pytest.approx(3.15)
-    # 8 procs on one socket per node: their ways shares sum to the group's w = 10
+        assert d["group_llc_ways"] == 10 and d["mem_bw_gbs"] == pytest.approx(3.1657)
+    # 8 procs on one socket per node, twice the profiled layout's 4 per socket: the same
+    # LLC per process needs 2 x w = 10 ways there, and their ways shares sum to 10
     per_slot: dict[str, int] = {}
     for a in plan.assignments:
         per_slot[a.slot] = per_slot.get(a.slot, 0) + a.details["llc_ways"]
@@ -147,7 +149,8 @@ def test_falls_back_to_the_next_scale_in_profiled_order():
     plan = sns.SnsPolicy().plan(*request(cluster(1, "CG"), pool(1)))
     assert len(plan.assignments) == 16
     assert {a.details["scale_factor"] for a in plan.assignments} == {1}
-    assert {a.details["group_llc_ways"] for a in plan.assignments} == {10}
+    # 14 procs on the first socket need ceil(10 * 14 / 8) = 18 ways, 2 on the other 3
+    assert {a.details["group_llc_ways"] for a in plan.assignments} == {18, 3}
 
 
 def busy_node(free_ways: int) -> list[Slot]:
@@ -406,3 +409,18 @@ def test_spread_policies_age_on_their_own_limit():
     assert not young.assignments
     assert PlanSettings(age_limit_cycles=3).spread_age_limit() == 30
     assert PlanSettings(age_limit_cycles=3, spread_age_limit_cycles=None).spread_age_limit() == 3
+
+
+def test_a_socket_hosting_more_procs_than_the_profiled_layout_reserves_more_ways():
+    # w holds for the profiled layout's procs per socket (P / n / sockets); Demand.ways_for
+    # keeps the LLC per process: 16 procs at k = 1 on a 2-socket node is 8 per socket.
+    d = sns.Demand(3, 1.0, reference_cores_per_node=16)
+    assert [d.ways_for(m, 2) for m in (1, 8, 9, 14)] == [2, 3, 4, 6]   # at least 2 (Section 5.1)
+    assert sns.Demand(3, 1.0).ways_for(14, 2) == 3                     # no reference: w per socket
+    # more than a socket has: no socket hosts 14 such procs, fit_on_node splits them
+    assert sns.Demand(15, 1.0, reference_cores_per_node=16).ways_for(14, 2) == 27
+    plan = sns.SnsPolicy().plan(*request(cluster(1, "BFS"), pool(1)))  # w = 18 at k = 1
+    per_socket: dict[str, int] = {}
+    for a in plan.assignments:
+        per_socket[a.slot] = per_socket.get(a.slot, 0) + 1
+    assert sorted(per_socket.values()) == [8, 8]
