@@ -39,7 +39,7 @@ class PlanSettings:
     Aging has two limits, in cycles: ``age_limit_cycles`` for the device policies and
     ``spread_age_limit_cycles`` for the spread policies (``sns``, ``sns-global``, ``ce``,
     ``cs``); None there means "as ``age_limit_cycles``". Separate because the measured
-    sweep (SNS_REPORT.md) puts them far apart: a spread job aged early is placed relaxed
+    sweep (docs/results.md, paper 000's aging sweep) puts them far apart: a spread job aged early is placed relaxed
     (below its alpha) and holds back every job after it, which on paper 000's sequences
     costs throughput at every limit short of the sequences' longest wait; the default 30
     is 1800 s at the sidecar's 60 s interval, the shortest limit of the sweep that cost
