@@ -1010,6 +1010,9 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
     def is_aged(job: Job) -> bool:
         return cycle - first_seen.get(job.key, cycle) > config.plan.age_limit_cycles
 
+    def is_spread_aged(job: Job) -> bool:
+        return cycle - first_seen.get(job.key, cycle) > config.plan.spread_age_limit()
+
     def offered(jobs: Iterable[Job], kind: SlotKind) -> tuple[tuple[Job, ...], tuple[Slot, ...]]:
         """The jobs of one kind in fair-share order, and the slots their policy may use."""
         if key_ordered:
@@ -1041,7 +1044,7 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
                                             [j for j in compress(to_plan, map(_spread, to_plan))
                                              if j.request.device_memory_mb <= 0], SlotKind.SOCKET)
         plans.append(plan_in_turns(config.spread_policy, replace(request, idle=spread_jobs, slots=socket_slots,
-                                                                 eligible=eligible), config.plan, is_aged))
+                                                                 eligible=eligible), config.plan, is_spread_aged))
     pins = tuple(_pin_of(a) for p in plans for a in p.assignments)
     if cache is not None and plans[0].unplaced is cache.whole_unplaced:
         # ``bounded_run``'s plan speaks of each job it was given once: count the others.

@@ -43,6 +43,7 @@ _KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
     "COSCHED_KNAPSACK_SOLVER": ("plan.knapsack_solver", str),
     "COSCHED_THREAD_OVERCOMMIT": ("plan.thread_overcommit", float),
     "COSCHED_AGE_LIMIT_CYCLES": ("plan.age_limit_cycles", int),
+    "COSCHED_SPREAD_AGE_LIMIT_CYCLES": ("plan.spread_age_limit_cycles", int),
 }
 
 
@@ -50,6 +51,7 @@ _KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
 _RANGES: dict[str, tuple[float, float]] = {
     "COSCHED_UNPIN_AGE_CYCLES": (1, options.MAX_AGE_CYCLES),
     "COSCHED_AGE_LIMIT_CYCLES": (1, options.MAX_AGE_CYCLES),
+    "COSCHED_SPREAD_AGE_LIMIT_CYCLES": (1, options.MAX_AGE_CYCLES),
     "COSCHED_INTERVAL": (0.1, 86400.0),
     "COSCHED_EDIT_CHUNK_JOBS": (1, MAX_CHUNK_JOBS),
     "COSCHED_SOLVER_TIME_LIMIT": (options.MIN_SOLVER_TIME_LIMIT_S, options.MAX_SOLVER_TIME_LIMIT_S),

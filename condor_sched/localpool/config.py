@@ -240,9 +240,12 @@ def render_prepare_job_wrapper(node: str | None) -> str:
 
 
 #: The pool negotiates about every 2 s where a production pool does every 60 s: the sidecar's
-#: aging limit, counted in cycles, keeps its wall-clock meaning (10 cycles of 60 s, 10 min).
-POOL_AGE_LIMIT = ["# The pool cycles every ~2 s (production: 60 s): aging keeps its ~10 minutes.",
-                  "COSCHED_AGE_LIMIT_CYCLES = 300"]
+#: aging limits, counted in cycles, keep their wall-clock meaning (device: 10 cycles of 60 s,
+#: 10 min; spread: 30 cycles of 60 s, 30 min).
+POOL_AGE_LIMIT = ["# The pool cycles every ~2 s (production: 60 s): aging keeps its ~10 (device) and",
+                  "# ~30 (spread) minutes.",
+                  "COSCHED_AGE_LIMIT_CYCLES = 300",
+                  "COSCHED_SPREAD_AGE_LIMIT_CYCLES = 900"]
 
 
 def render_client_config(user: str) -> str:

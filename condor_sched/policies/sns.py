@@ -27,10 +27,12 @@ group whose n best sum lowest), else to the n lowest-metric nodes of the pool. F
 this choice is an assignment problem with a separable objective, which sorting solves
 exactly (so no solver is needed here; ``sns-global`` uses CP-SAT across several jobs).
 
-Scale order (Fig. 11). The fastest profiled scale first, then the others in order of
-profiled exclusive run time; a job fitting none is delayed. Priority is age (cycles since
+Scale order (Fig. 11, :func:`scale_order`). The fastest profiled scale first, then the
+others in order of profiled exclusive run time; neutral programs smallest footprint first
+(Section 6.1: spread "passively ... to utilize residual cores"); a job fitting none is
+delayed. Priority is age (cycles since
 its procs were first seen, ``PlanRequest.age_of``),
-oldest first. A job whose age reaches ``settings.age_limit_cycles`` is no longer delayed:
+oldest first. A job whose age reaches ``settings.spread_age_limit()`` is no longer delayed:
 if no scale fits its (c, w, b) it is placed at the fastest scale whose cores fit, taking
 min(w, free) ways and min(b, free) bandwidth per socket (``details["relaxed"] = True``);
 if even its cores fit nowhere, it holds the lower-priority jobs back this cycle so that
@@ -59,7 +61,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from condor_sched.model import Assignment, Job, Plan, Resources, Slot, SlotKind, Unplaced
 from condor_sched.policies.base import PlanRequest, PlanSettings, PolicyKind, register, too_large_reason
-from condor_sched.profiles import Profile, ProfileStore
+from condor_sched.profiles import Profile, ProfileStore, ProgramClass
 
 BETA = 2.0
 #: Bandwidth is accounted in steps of this many GB/s (rounded up per proc).
@@ -207,6 +209,23 @@ class Demand:
     bw_per_core: float
     relaxed: bool = False
     exclusive: bool = False
+    #: Each proc to the socket with the most free cores (ties: lowest index), so a job's
+    #: procs split evenly over a node's sockets as in the profiled runs ("8 cores per
+    #: socket", Section 6.1) and as MPI's default by-socket mapping does: CE and CS.
+    balanced: bool = False
+    #: Cores per node of the profiled layout (P / n), split evenly over a node's sockets.
+    #: The curves' w holds for that many procs per socket: a socket given m of the job's
+    #: procs needs ceil(w * m / reference) ways, the same LLC per process, and at least
+    #: min(w, 2) ("most programs need at least 2 ways", Section 5.1). 0: w per socket.
+    reference_cores_per_node: float = 0.0
+
+    def ways_for(self, cores_here: int, sockets_per_node: int) -> int:
+        """Ways a socket hosting ``cores_here`` of the job's cores must give it (may exceed
+        what a socket has: then that socket cannot host so many)."""
+        if self.reference_cores_per_node <= 0:
+            return self.ways
+        reference = self.reference_cores_per_node / max(1, sockets_per_node)
+        return max(min(self.ways, 2), math.ceil(self.ways * cores_here / reference - 1e-9))
 
 
 @dataclass(slots=True)
@@ -221,19 +240,24 @@ class NodePlacement:
 
 def fit_on_node(node: NodeState, procs: Sequence[Job], demand: Demand) -> NodePlacement | None:
     """Procs onto the node's sockets, first-fit decreasing: sockets the job already uses
-    first, then new ones with most free cores; a new socket needs ``demand.ways`` free ways
-    (relaxed: whatever is free) and each proc r * b free bandwidth (relaxed: what is left).
-    Exclusive (CE): only wholly free sockets, whose ways and bandwidth the job takes all."""
+    first, then new ones with most free cores; a socket needs ``demand.ways_for`` its procs
+    free ways (w, more when it hosts more of the job's procs than the profiled layout;
+    relaxed: whatever is free) and each proc r * b free bandwidth (relaxed: what is left).
+    Exclusive (CE): only wholly free sockets, whose ways and bandwidth the job takes all.
+    Balanced: each proc to the socket with most free cores left (``Demand.balanced``)."""
     cpus = [s.cpus for s in node.sockets]
     bw = [s.bw_gbs for s in node.sockets]
     memory = [s.memory_mb for s in node.sockets]
     used: dict[int, int] = {}
+    cores_here = [0] * len(node.sockets)
     out: list[tuple[Job, int, float]] = []
     order = sorted(range(len(node.sockets)), key=lambda i: (-node.sockets[i].cpus, i))
     for proc in sorted(procs, key=lambda p: (-p.request.cpus, p.key)):
         r = proc.request.cpus
         need_bw = bw_units(r * demand.bw_per_core)
-        for i in sorted(order, key=lambda i: i not in used):
+        tries = (sorted(order, key=lambda i: (-cpus[i], i)) if demand.balanced
+                 else sorted(order, key=lambda i: i not in used))
+        for i in tries:
             sock = node.sockets[i]
             if cpus[i] < r or memory[i] < proc.request.memory_mb:
                 continue
@@ -241,18 +265,19 @@ def fit_on_node(node: NodeState, procs: Sequence[Job], demand: Demand) -> NodePl
                 if sock.cpus != sock.slot.total.cpus:
                     continue
                 ways, take = sock.ways, 0.0
-            elif demand.relaxed:
-                ways, take = min(demand.ways, sock.ways), min(need_bw, max(0.0, bw[i]))
             else:
-                if i not in used and sock.ways < demand.ways:
-                    continue
-                if need_bw > bw[i] + _EPS:
-                    continue
-                ways, take = demand.ways, need_bw
+                need_ways = demand.ways_for(cores_here[i] + r, len(node.sockets))
+                if demand.relaxed:
+                    ways, take = min(need_ways, sock.ways), min(need_bw, max(0.0, bw[i]))
+                else:
+                    if sock.ways < need_ways or need_bw > bw[i] + _EPS:
+                        continue
+                    ways, take = need_ways, need_bw
             cpus[i] -= r
             memory[i] -= proc.request.memory_mb
             bw[i] -= take
-            used.setdefault(i, ways)
+            cores_here[i] += r
+            used[i] = max(used.get(i, 0), ways)
             out.append((proc, i, take))
             break
         else:
@@ -335,18 +360,32 @@ class Option:
     demand: Demand
 
 
+def scale_order(profile: Profile) -> list[int]:
+    """The order in which a job's profiled scales are tried (Fig. 11).
+
+    Scaling and compact programs: fastest exclusive run first, then the others by run time
+    ("in descending order of profiled exclusive run overall performance", Section 4.4).
+    Neutral programs (run times within 5%): smallest footprint first, k = 1, 2, 4, 8, since
+    "SNS scales such programs passively, not for improving their performance but to utilize
+    residual cores distributed on multiple nodes" (Section 6.1); their fastest scale wins by
+    under 5%, an advantage that "only appear[s] with exclusive mode"."""
+    if profile.program_class is ProgramClass.NEUTRAL:
+        return sorted(k for k in profile.runtime_s if k <= profile.max_scale)
+    return profile.scales()
+
+
 def scale_options(job: ClusterJob, profile: Profile, cores_per_node: int, full_ways: int) -> list[Option]:
-    """(k, n, w, b) for every profiled scale, fastest first (Section 4.3, Fig. 11); the
-    sub-optimal scales only where they meet the degradation constraint alpha (Section 5.1:
-    predicted run time at most t(1) / alpha, ``Profile.predicted_slowdown``)."""
+    """(k, n, w, b) for every profiled scale in :func:`scale_order` (Section 4.3, Fig. 11);
+    the scales after the first only where they meet the degradation constraint alpha
+    (Section 5.1: predicted run time at most t(1) / alpha, ``Profile.predicted_slowdown``)."""
     base = math.ceil(job.cores / cores_per_node)
     out = []
-    for i, k in enumerate(profile.scales()):
+    for i, k in enumerate(scale_order(profile)):
         if i > 0 and profile.predicted_slowdown(job.alpha, k, full_ways) > 1.0 / job.alpha + 1e-9:
             continue
         n = min(k * base, len(job.procs))
         w, b = profile.demand(job.alpha, k, full_ways)
-        out.append(Option(k, n, Demand(w, b)))
+        out.append(Option(k, n, Demand(w, b, reference_cores_per_node=job.cores / n)))
     return out
 
 
@@ -360,14 +399,15 @@ def pool_shape(nodes: Sequence[NodeState]) -> tuple[int, int]:
 def place_ce(job: ClusterJob, nodes: Sequence[NodeState], cores_per_node: int,
              scale_factor: int = 1) -> list[NodePlacement] | None:
     """Compact-exclusive: k * ceil(P/T) whole idle nodes (in machine order), procs evenly
-    (k = 1 is CE proper; k > 1 is a piggyback-profiling run at a wider scale)."""
+    over the nodes and over each node's sockets, as in the profiled runs (k = 1 is CE
+    proper; k > 1 is a piggyback-profiling run at a wider scale)."""
     n = min(scale_factor * math.ceil(job.cores / cores_per_node), len(job.procs))
     idle = [nd for nd in nodes if nd.is_idle()]
     job_bundles = bundles(job.procs, n)
     out = []
     for bundle in job_bundles:
         for nd in idle:
-            pl = fit_on_node(nd, bundle, Demand(0, 0.0, exclusive=True))
+            pl = fit_on_node(nd, bundle, Demand(0, 0.0, exclusive=True, balanced=True))
             if pl is not None:
                 idle.remove(nd)
                 out.append(pl)
@@ -414,7 +454,7 @@ class SnsPlanner:
 
     def plan_job(self, job: ClusterJob) -> bool:
         """Place one job (Fig. 11); False when it stays queued."""
-        aged = job.age >= self.settings.age_limit_cycles
+        aged = job.age >= self.settings.spread_age_limit()
         options = self.options(job)
         if options is None:
             k = int(self.exploration_scales.get(job.program.lower(), 1))
@@ -439,12 +479,12 @@ class SnsPlanner:
         if aged and self._place_relaxed(job, options):
             return True
         tried = ", ".join(f"k={o.k} (n={o.n}, w={o.demand.ways}, b={o.demand.bw_per_core:.3g})" for o in options)
-        self.delay(job, f"delayed (age {job.age}/{self.settings.age_limit_cycles} cycles): no scale fits; tried {tried}")
+        self.delay(job, f"delayed (age {job.age}/{self.settings.spread_age_limit()} cycles): no scale fits; tried {tried}")
         return False
 
     def _place_relaxed(self, job: ClusterJob, options: Sequence[Option], **extra: Any) -> bool:
         for option in options:
-            relaxed = Demand(option.demand.ways, option.demand.bw_per_core, relaxed=True)
+            relaxed = replace(option.demand, relaxed=True)
             pls = self.try_option(job, Option(option.k, option.n, relaxed))
             if pls is not None:
                 self.place(job, Option(option.k, option.n, relaxed), pls, relaxed=True, **extra)
@@ -458,7 +498,7 @@ class SnsPlanner:
             if blocker is not None:
                 self.delay(job, f"waiting: aged job {blocker.name} holds back lower-priority jobs")
                 continue
-            if not self.plan_job(job) and block and job.age >= self.settings.age_limit_cycles:
+            if not self.plan_job(job) and block and job.age >= self.settings.spread_age_limit():
                 blocker = job
 
 

@@ -4,8 +4,10 @@ The greedy ``sns`` loop (Fig. 11 of paper 000) decides one job at a time. Here t
 ``PlanSettings.sns_global_max_jobs`` (default 16) profiled, not-yet-aged jobs whose
 procs ask one cpu each are planned jointly: for each job one scale option (k, n, w, b) or
 none; n nodes; per socket a number of procs. Constraints: the job's cores split as evenly
-as Section 4.3 asks (floor or ceil of P/n per node), per socket free cpus, ways (w per
-socket the job uses) and bandwidth (procs * b). Objective, maximised (integers):
+as Section 4.3 asks (floor or ceil of P/n per node), per socket free cpus, ways (as
+``Demand.ways_for``: at least min(w, 2) per socket the job uses and w * q / (P / (n * S))
+for q of its procs there, the profiled layout's LLC per process) and bandwidth (procs * b).
+Objective, maximised (integers):
 
     sum over placed jobs of  PLACE * (1 + age)  +  PERF * round(1000 * t(1) / t(k))
                              -  sum over its nodes of round(100 * (Co + Bo + BETA * Wo))
@@ -68,6 +70,7 @@ def _solve(planner: SnsPlanner, jobs: list[ClusterJob], settings: PlanSettings, 
     x: dict[tuple[int, int, int], Any] = {}
     q: dict[tuple[int, int, int, int], Any] = {}
     u: dict[tuple[int, int, int, int], Any] = {}
+    ways_var: dict[tuple[int, int, int, int], Any] = {}
     cap_cpu: dict[tuple[int, int], list] = {}
     cap_ways: dict[tuple[int, int], list] = {}
     cap_bw: dict[tuple[int, int], list] = {}
@@ -100,7 +103,13 @@ def _solve(planner: SnsPlanner, jobs: list[ClusterJob], settings: PlanSettings, 
                     model.add(qv >= uv)
                     model.add_implication(uv, xv)
                     cap_cpu.setdefault((i, s), []).append(qv)
-                    cap_ways.setdefault((i, s), []).append(opt.demand.ways * uv)
+                    # Demand.ways_for: at least min(w, 2) ways, and the profiled layout's LLC
+                    # per process, ways >= w * q / (P / (n * S)), i.e. P * ways >= w * n * S * q
+                    wv = model.new_int_var(0, max(0, sock.ways), "")
+                    ways_var[j, o, i, s] = wv
+                    model.add(wv >= min(opt.demand.ways, 2) * uv)
+                    model.add(P * wv >= opt.demand.ways * n * len(nd.sockets) * qv)
+                    cap_ways.setdefault((i, s), []).append(wv)
                     if bw_step:
                         cap_bw.setdefault((i, s), []).append(bw_step * qv)
                     if memory_mb:
@@ -145,7 +154,7 @@ def _solve(planner: SnsPlanner, jobs: list[ClusterJob], settings: PlanSettings, 
             for s in range(len(nd.sockets)):
                 m = solver.value(q[j, o, i, s])
                 if m:
-                    ways[s] = opt.demand.ways
+                    ways[s] = solver.value(ways_var[j, o, i, s])
                     placed.extend((procs.pop(0), s, bw_units(opt.demand.bw_per_core)) for _ in range(m))
             pls.append(NodePlacement(nd, placed, ways))
         out.append((job, opt, pls))
@@ -170,7 +179,7 @@ class SnsGlobalPolicy:
         greedy_value = _objective(greedy, greedy.assignments, by_key, metric)
         stats: dict[str, Any] = {"greedy_objective": greedy_value}
         chosen = greedy
-        if clusters and not any(c.age >= settings.age_limit_cycles for c in clusters):
+        if clusters and not any(c.age >= settings.spread_age_limit() for c in clusters):
             cp = SnsPlanner(request, settings)
             limit = settings.sns_global_max_jobs
             model_jobs = [c for c in clusters if cp.store.get(c.program) is not None

@@ -1,12 +1,15 @@
 """``ce`` and ``cs``: paper 000's baselines (Section 3.2, Fig. 8) for the SNS planner.
 
 * ``ce`` (Compact-n-Exclusive): a job of P cores takes ceil(P/T) whole idle nodes (T: cores
-  of the largest node), procs spread evenly over them; its procs claim all LLC ways and
+  of the largest node), procs spread evenly over them and over their sockets; its procs claim all LLC ways and
   bandwidth of the sockets they use, so no job shares those sockets.
 * ``cs`` (Compact-n-Share): the fewest nodes whose free cores hold the job (a single node
   when one can: the one with the fewest free cores that suffice; else the nodes with most
   free cores, the last one best-fit), ignoring cache and bandwidth (procs request 0 ways
-  and 0 GB/s). "CS prefers but not forces 1x" (Fig. 8).
+  and 0 GB/s); on a node, procs go to the socket with most free cores (MPI's by-socket
+  mapping), not one socket first. "CS prefers but not forces 1x" (Fig. 8); a program whose profile has
+  ``max_scale: 1`` (GAN, RNN: "unable to run on multiple nodes", Section 6.1) stays on one
+  node under CS too.
 
 Jobs are grouped and ordered as in ``sns`` (oldest first); a job that does not fit is
 skipped (first fit), all-or-nothing.
@@ -32,7 +35,10 @@ def _plan(name: str, request: PlanRequest, settings: PlanSettings, compact_share
         if planner.cores_per_node <= 0:
             planner.delay(job, "no SOCKET slots")
             continue
-        pls = place_cs(job, planner.nodes) if compact_share else place_ce(job, planner.nodes, planner.cores_per_node)
+        profile = planner.store.get(job.program)
+        one_node = profile is not None and profile.max_scale == 1
+        pls = (place_cs(job, planner.nodes, one_node) if compact_share
+               else place_ce(job, planner.nodes, planner.cores_per_node))
         if pls is None:
             planner.delay(job, "no room: " + ("not enough free cores" if compact_share else
                                               f"needs {math.ceil(job.cores / planner.cores_per_node)} idle whole node(s)"))
@@ -45,14 +51,19 @@ def _plan(name: str, request: PlanRequest, settings: PlanSettings, compact_share
     return Plan(name, tuple(planner.assignments), tuple(bad + planner.unplaced), stats)
 
 
-def place_cs(job: ClusterJob, nodes: Sequence[NodeState]) -> list[NodePlacement] | None:
-    """Fewest nodes with enough free cores (Compact-n-Share), cache and bandwidth ignored."""
-    demand = Demand(0, 0.0, relaxed=True)
+def place_cs(job: ClusterJob, nodes: Sequence[NodeState], one_node: bool = False) -> list[NodePlacement] | None:
+    """Fewest nodes with enough free cores (Compact-n-Share), cache and bandwidth ignored.
+    ``one_node``: the program cannot run on more than one node (a profile with
+    ``max_scale: 1``, GAN and RNN: "unable to run on multiple nodes", Section 6.1), so CS
+    may not spread it either; it waits for one node with enough free cores."""
+    demand = Demand(0, 0.0, relaxed=True, balanced=True)
     single = sorted((nd for nd in nodes if nd.free_cpus >= job.cores), key=lambda nd: (nd.free_cpus, nd.machine))
     for nd in single:
         pl = fit_on_node(nd, job.procs, demand)
         if pl is not None:
             return [pl]
+    if one_node:
+        return None
     by_free = sorted((nd for nd in nodes if nd.free_cpus > 0), key=lambda nd: (-nd.free_cpus, nd.machine))
     out: list[NodePlacement] = []
     left = sorted(job.procs, key=lambda p: (-p.request.cpus, p.key))

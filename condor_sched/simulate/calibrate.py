@@ -27,7 +27,7 @@ from condor_sched.simulate.metrics import run_metrics
 from condor_sched.simulate.workloads import SimJob, table1_jobs
 
 #: Aging off: paper 002's planners (and its Condor) have no aging rule.
-NO_AGING = PlanSettings(age_limit_cycles=10**9)
+NO_AGING = PlanSettings(age_limit_cycles=10**9, spread_age_limit_cycles=None)
 CALIBRATION_SEEDS = (1, 2, 3)
 
 

@@ -52,8 +52,12 @@ _KEYS = ("makespan_s", "mean_wait_s", "mean_turnaround_s", "mean_slowdown", "thr
 @click.option("--cycle-s", "cycle_s", type=BoundedFloat(MIN_CYCLE_S, MAX_CYCLE_S), default=DEFAULT_CYCLE_S,
               show_default=True, help="Negotiation interval (HTCondor's NEGOTIATOR_INTERVAL).")
 @click.option("--age-limit-cycles", "age_limit_cycles", type=AGE_CYCLES, default=None,
-              help="The policies' aging limit (PlanSettings.age_limit_cycles; default: the sidecar's). "
+              help="The policies' aging limit (PlanSettings.age_limit_cycles; default: the sidecar's); "
+                   "also the spread policies' unless --spread-age-limit-cycles is given. "
                    "scripts/reproduce turns aging off, as paper 002 has none.")
+@click.option("--spread-age-limit-cycles", "spread_age_limit_cycles", type=AGE_CYCLES, default=None,
+              help="The spread policies' aging limit (PlanSettings.spread_age_limit_cycles; default: "
+                   "--age-limit-cycles if given, else the sidecar's 30).")
 @click.option("--thread-overcommit", "thread_overcommit", type=THREAD_OVERCOMMIT, default=1.0,
               show_default=True, help="Device threads a plan may use, as a multiple of the hardware threads "
                                       "(the offload model serialises what oversubscribes them, as COSMIC does).")
@@ -65,8 +69,8 @@ _KEYS = ("makespan_s", "mean_wait_s", "mean_turnaround_s", "mean_slowdown", "thr
               help="Write utilisation and concurrency PNGs to this directory (needs matplotlib).")
 def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy: str, seed: int,
                      inventory_path: str | None, sequences: int | None, footprint_against: str | None,
-                     cycle_s: float, age_limit_cycles: int | None, thread_overcommit: float, offload_model: str,
-                     as_json: bool, plot_dir: str | None) -> None:
+                     cycle_s: float, age_limit_cycles: int | None, spread_age_limit_cycles: int | None,
+                     thread_overcommit: float, offload_model: str, as_json: bool, plot_dir: str | None) -> None:
     """Simulate a workload under a policy on a simulated pool.
 
     \b
@@ -90,7 +94,9 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
                 raise PlotError("--plot needs matplotlib: pip install 'condor-sched[plot]'")
         settings = PlanSettings(thread_overcommit=thread_overcommit)
         if age_limit_cycles is not None:
-            settings = replace(settings, age_limit_cycles=age_limit_cycles)
+            settings = replace(settings, age_limit_cycles=age_limit_cycles, spread_age_limit_cycles=age_limit_cycles)
+        if spread_age_limit_cycles is not None:
+            settings = replace(settings, spread_age_limit_cycles=spread_age_limit_cycles)
         spec = spec_for(workload, policy, cycle_s, settings, inventory, nodes or 8, offload_model)
         show_bar = sys.stdout.isatty() and not as_json
         total = (sequences or 1) * (jobs or default_jobs(workload)) if is_builtin(workload) else None

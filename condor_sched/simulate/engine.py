@@ -27,7 +27,8 @@ The pool-wide runtime of the model (``profile_model.py``) then runs the job.
 
 Cycles in which nothing changed since the previous one (no arrival, completion or start,
 no pin waiting) are not decided again: a deterministic policy would return the same plan.
-The exception is aging (``PlanSettings.age_limit_cycles`` over the first-seen cycles of the
+The exception is aging (``PlanSettings.age_limit_cycles`` for device jobs,
+``PlanSettings.spread_age_limit()`` for parallel jobs, over the first-seen cycles of the
 cycle memory): a cycle at which some idle job turns starving is decided again.
 
 The pool state is built from structures kept up to date as events happen, never from a
@@ -40,7 +41,7 @@ Cycle numbers are negotiation ticks (time / ``cycle_s``), so ages count simulate
 even where the engine skips unchanged ones.
 
 A run always ends. When nothing runs, nothing is left to arrive and idle jobs remain, the
-policy has ``age_limit_cycles`` (for the jobs to turn starving), ``unpin_age_cycles`` (for
+policy has its aging limit (for the jobs to turn starving), ``unpin_age_cycles`` (for
 unmatched pins to be taken back) and ``STALL_GRACE_CYCLES`` more cycles to start one; if
 none starts, no job ever will, and the run stops with a :class:`SimulationError` that
 names the jobs and why each waits (the cycle's own reason, e.g. "needs 16 cpus, the
@@ -365,8 +366,7 @@ class Simulation:
         elif self.idle and not self.running and not self.future_arrivals:
             # Nothing will change but aging: jump to the next cycle at which a job turns
             # starving, or give up when none will.
-            limit = self.base_settings.age_limit_cycles
-            later = [self._first_seen(j, tick) + limit + 1 for j in self.idle.values()]
+            later = [self._first_seen(j, tick) + self._age_limit(j) + 1 for j in self.idle.values()]
             later = [t for t in later if t > tick]
             if not later:
                 raise self._unplaceable()
@@ -382,10 +382,19 @@ class Simulation:
         """The cycle the first of ``job``'s procs was seen (the cycle memory keys procs)."""
         return min(self.first_seen_cycle.get(k, tick) for k in job.proc_keys())
 
+    def _age_limit(self, job: SimJob) -> int:
+        """The aging limit (cycles) of ``job``'s kind of policy."""
+        s = self.base_settings
+        return s.spread_age_limit() if job.is_parallel else s.age_limit_cycles
+
     def _someone_turns_starving(self, tick: int) -> bool:
-        """Some idle job was first seen ``age_limit_cycles + 1`` cycles ago (one bucket)."""
-        bucket = self._seen_at.get(tick - self.base_settings.age_limit_cycles - 1, ())
-        return any(index in self.idle for index in bucket)
+        """Some idle job was first seen its aging limit + 1 cycles ago (one bucket per limit)."""
+        s = self.base_settings
+        for limit in {s.age_limit_cycles, s.spread_age_limit()}:
+            bucket = self._seen_at.get(tick - limit - 1, ())
+            if any(index in self.idle and self._age_limit(self.idle[index]) == limit for index in bucket):
+                return True
+        return False
 
     def _note_first_seen(self, tick: int) -> None:
         """File the jobs the last decision saw for the first time under their first-seen cycle."""
@@ -409,7 +418,8 @@ class Simulation:
             return
         if self._stalled_since is None or self._stalled_since[1] != started:
             self._stalled_since = (tick, started)
-        patience = self.base_settings.age_limit_cycles + self.unpin_age_cycles + STALL_GRACE_CYCLES
+        s = self.base_settings
+        patience = max(s.age_limit_cycles, s.spread_age_limit()) + self.unpin_age_cycles + STALL_GRACE_CYCLES
         if tick - self._stalled_since[0] > patience:
             raise self._unplaceable()
 

@@ -3,8 +3,8 @@
 A parallel job placed on n nodes runs at scale k = n / ceil(P/T) (P processes, T cores of
 the largest node) and, alone, takes its profile's exclusive run time t(k) (Section 4.1),
 linearly interpolated between profiled scales and flat beyond them (``cs`` may spread a
-job to an unprofiled scale, or a one-node program such as GAN over nodes: it then runs at
-the nearest profiled time, which favours ``cs``). Its remaining work, in exclusive
+job to an unprofiled scale, e.g. 3 nodes: it then runs at the interpolated time; one-node
+programs such as GAN stay on one node under every policy). Its remaining work, in exclusive
 seconds, drains at a rate r <= 1 recomputed at every start and finish in the pool.
 
 Per SOCKET (the unit of LLC ways and memory controllers, and of the policies' accounting;
@@ -17,12 +17,20 @@ job j with m_j procs there at scale k:
   with all ways d_j = m_j * bw_k(W) (under ``cs`` every job shares all W ways this way: a
   job's LLC occupancy follows its miss traffic), or, when every job has ways, in equal
   shares R / |jobs|. That is the job's effective ways e_j.
-* Cache: IPC factor c_j = IPC_k(e_j) / IPC_k(W) on the IPC-LLC curve (its exclusive run
+* LLC per process: the curves at scale k were measured with the profiled layout's r_j
+  procs per socket (below); m_j procs sharing e_j ways have e_j / m_j ways each, which the
+  curves give at e'_j = min(W, e_j * r_j / m_j) ways (Sec. 2 / Fig. 5: spreading lowers
+  the miss rate "thanks to increased LLC capacity"; crowding raises it).
+* Cache: IPC factor c_j = IPC_k(e'_j) / IPC_k(W) on the IPC-LLC curve (its exclusive run
   had all W ways), so fewer ways than w lower IPC along the curve (below alpha * F-IPC).
-* Bandwidth: demand D = sum_j m_j * bw_k(e_j) on the BW-LLC curve. When D > B every job
-  there slows in proportion, factor B / D; normalised by the job's own exclusive state,
-  a_j = min(1, B / d_j) (a job alone on a socket already pays its own saturation in t(k)):
-  b_j = min(1, min(1, B / D) / a_j).
+* Bandwidth: demand D = sum_j m_j * bw_k(e'_j) on the BW-LLC curve. When D > B every job
+  there slows in proportion, factor B / D; normalised by the job's own state in its
+  profiled exclusive run, a_j = min(1, B / (r_j * bw_k(W))), with r_j = P / (n * S) its
+  procs per socket when its P procs are split evenly over its n nodes and their S sockets
+  each (the profiled layout: 16 processes "8 cores per socket", Section 6.1; t(k) already
+  contains that run's own saturation): b_j = min(1, min(1, B / D) / a_j). A placement that
+  crowds more of the job's procs onto one socket than the profiled layout pays for it
+  (Section 2: per-node bandwidth levels off at the STREAM peak from about 8 cores).
 * A parallel job moves at the pace of its slowest process: r = min over its sockets of
   c_j * b_j.
 
@@ -75,6 +83,8 @@ class _Running:
     scale: float
     shares: tuple[SocketShare, ...]
     remaining_s: float
+    #: Procs per socket in the profiled layout: P / (nodes * sockets per node).
+    reference_procs_per_socket: float = 0.0
     rate: float = 0.0
     version: int = 0
     work_done_s: float = 0.0
@@ -110,7 +120,10 @@ class PoolRuntime:
         scale = nodes / max(1, math.ceil(job.procs / self.cores_per_node))
         runtime = exclusive_runtime_s(profile, scale)
         self._advance(now)
-        self._running[job.index] = _Running(job, profile, scale, tuple(shares), runtime)
+        machines = {self.sockets[s.slot].machine for s in shares}
+        per_node = max((sum(1 for x in self.sockets.values() if x.machine == m) for m in machines), default=1)
+        reference = job.procs / max(1, len(machines)) / max(1, per_node)
+        self._running[job.index] = _Running(job, profile, scale, tuple(shares), runtime, reference)
         self._reschedule(now)
         return scale, runtime
 
@@ -151,13 +164,18 @@ class PoolRuntime:
                     effective[i] = left * (full_bw[i] / weight if weight > 0 else 1.0 / len(shared))
             else:
                 effective = [e + left / len(jobs) for e in effective]
+            # LLC per process: the curves at scale k hold for the profiled layout's procs per
+            # socket; m procs in e ways see what the curve gives at e * reference / m ways.
+            effective = [min(ways, e * r.reference_procs_per_socket / s.procs) if s.procs > 0 else e
+                         for (r, s), e in zip(jobs, effective)]
             demand = sum(s.procs * interpolate(curve_at(r.profile.bw_llc_gbs, r.scale), e)
                          for (r, s), e in zip(jobs, effective))
             contended = min(1.0, peak / demand) if demand > 0 else 1.0
             saturated += demand > peak
-            for (r, s), e, own in zip(jobs, effective, full_bw):
+            for (r, s), e in zip(jobs, effective):
                 ipc = curve_at(r.profile.ipc_llc, r.scale)
                 cache = interpolate(ipc, e) / interpolate(ipc, ways)
+                own = r.reference_procs_per_socket * interpolate(curve_at(r.profile.bw_llc_gbs, r.scale), ways)
                 alone = min(1.0, peak / own) if own > 0 else 1.0
                 bandwidth = min(1.0, contended / alone)
                 rate[r.job.index] = min(rate[r.job.index], cache * bandwidth)

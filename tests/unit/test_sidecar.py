@@ -167,10 +167,18 @@ def test_knobs_are_parsed_and_bad_values_named():
         settings_from_knobs({"COSCHED_POLICY": "nope"})
 
 
+def test_device_and_spread_aging_are_separate_knobs():
+    old = settings_from_knobs({"COSCHED_AGE_LIMIT_CYCLES": "7"}).plan
+    assert (old.age_limit_cycles, old.spread_age_limit()) == (7, 30)   # the old name: device only
+    both = settings_from_knobs({"COSCHED_AGE_LIMIT_CYCLES": "7", "COSCHED_SPREAD_AGE_LIMIT_CYCLES": "90"}).plan
+    assert (both.age_limit_cycles, both.spread_age_limit()) == (7, 90)
+
+
 @pytest.mark.parametrize(("knob", "raw"), [("COSCHED_INTERVAL", "inf"), ("COSCHED_INTERVAL", "nan"),
                                            ("COSCHED_INTERVAL", "1e308"), ("COSCHED_SOLVER_TIME_LIMIT", "inf"),
                                            ("COSCHED_THREAD_OVERCOMMIT", "1e308"),
-                                           ("COSCHED_AGE_LIMIT_CYCLES", "99999999999")])
+                                           ("COSCHED_AGE_LIMIT_CYCLES", "99999999999"),
+                                           ("COSCHED_SPREAD_AGE_LIMIT_CYCLES", "99999999999")])
 def test_numeric_knobs_are_finite_and_bounded_like_their_options(knob, raw):
     with pytest.raises(SettingsError, match=f"{knob} = '{raw}' must be a finite number in"):
         settings_from_knobs({knob: raw})

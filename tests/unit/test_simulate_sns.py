@@ -101,11 +101,11 @@ def test_fewer_ways_lower_ipc_along_the_curve_until_the_co_runner_leaves():
 
 
 def test_exclusive_runtime_is_interpolated_between_profiled_scales_and_flat_beyond():
-    mg = default_profiles().get("MG")       # t(1) 400, t(2) 362, t(4) 325, t(8) 295
+    mg = default_profiles().get("MG")       # t(1) 97.5, t(2) 88.7, t(4) 81.6, t(8) 75
     gan = default_profiles().get("GAN")     # one node only: t(1) 600
 
-    assert exclusive_runtime_s(mg, 3) == pytest.approx((362 + 325) / 2)
-    assert exclusive_runtime_s(mg, 16) == pytest.approx(295.0)
+    assert exclusive_runtime_s(mg, 3) == pytest.approx((88.7 + 81.6) / 2)
+    assert exclusive_runtime_s(mg, 16) == pytest.approx(75.0)
     assert exclusive_runtime_s(gan, 2) == pytest.approx(600.0)
 
 
@@ -125,7 +125,7 @@ def test_sns_random_sequences_have_the_papers_shape():
 @pytest.mark.parametrize("seed", [1, 2])
 def test_every_proc_runs_once_and_placements_never_exceed_a_socket(policy, seed):
     jobs = sns_random_jobs(10, seed)
-    spec = spec_for("sns-random", policy, 5.0, PlanSettings(age_limit_cycles=60, solver_time_limit_s=0.2), nodes=4)
+    spec = spec_for("sns-random", policy, 5.0, PlanSettings(spread_age_limit_cycles=60, solver_time_limit_s=0.2), nodes=4)
 
     result = simulate(jobs, spec.inventory, get_policy(policy), seed=seed, cycle_s=5.0, model=spec.model,
                       settings=spec.settings)
@@ -175,3 +175,62 @@ def test_the_xeon_inventory_is_the_papers_cluster():
 
     assert len(xeon_inventory(8).nodes) == 8 and node.cores == 28
     assert [(s.llc_ways, s.mem_bw_gbs) for s in node.sockets] == [(20, 59.0), (20, 59.0)]
+
+
+class Crowded:
+    """A test policy: all procs of every job on the first socket slot, no ways or bandwidth."""
+
+    name = "test-crowded"
+    kind = PolicyKind.SPREAD
+
+    def plan(self, request, settings):
+        slot = next(s for s in request.slots if s.kind is SlotKind.SOCKET)
+        return Plan(self.name, tuple(Assignment(j.key, slot.name, {"llc_ways": 0, "group_llc_ways": 0,
+                                                                   "mem_bw_gbs": 0.0}) for j in request.idle))
+
+
+def test_crowding_procs_beyond_the_profiled_layout_is_charged():
+    # One node, two sockets of 4 cores and 10 GB/s. A: 4 procs at 3.75 GB/s each; profiled
+    # "8 cores per socket" style, 2 procs per socket = 7.5 GB/s, within the peak, rate 1.
+    # All 4 on one socket demand 15 GB/s: the socket gives 10, so A runs at 10/15 and its
+    # 100 s take 150 s (Section 2: a socket's bandwidth does not grow with its cores).
+    store = ProfileStore.of([flat("A", 100.0, 3.75)])
+    node = Inventory((Node("n1", 8, 8192, (Socket(0, 20, 10.0), Socket(1, 20, 10.0))),))
+    crowded = simulate([cpu_job(0, "A", 100.0, procs=4)], node, Crowded(), cycle_s=1000.0,
+                       model=ProfileDrivenModel(store), profiles=store)
+    assert crowded.jobs[0].end_s == pytest.approx(150.0)
+    # cs splits the procs 2 + 2, the profiled layout: exactly t(1)
+    balanced = simulate([cpu_job(0, "A", 100.0, procs=4)], node, get_policy("cs"), cycle_s=1000.0,
+                        model=ProfileDrivenModel(store), profiles=store)
+    assert balanced.jobs[0].end_s == pytest.approx(100.0)
+
+
+def test_spreading_a_scaling_job_pays_its_profiled_speedup():
+    # The gain SNS relies on: MG alone on the 8-node pool runs t(8) under sns and t(1) under ce.
+    store = default_profiles()
+    mg = store.get("MG")
+    job = SimJob(0, "MG", 0, 0, mg.runtime_s[1], procs=16, alpha=0.9)
+    runs = {}
+    for policy in ("ce", "sns"):
+        spec = spec_for("sns-random", policy, 5.0, PlanSettings(spread_age_limit_cycles=10**6))
+        result = simulate([job], xeon_inventory(8), get_policy(policy), cycle_s=5.0, model=spec.model,
+                          settings=spec.settings, profiles=store)
+        runs[policy] = (result.jobs[0].scale, result.jobs[0].end_s - result.jobs[0].start_s)
+    assert runs["ce"] == (1.0, pytest.approx(mg.runtime_s[1]))
+    # alone, the job gets every way of its sockets back (Section 4.4), so exactly t(8)
+    assert runs["sns"] == (8.0, pytest.approx(mg.runtime_s[8]))
+
+
+def test_parallel_jobs_turn_starving_on_the_spread_limit():
+    # MG (7.25 GB/s per process at its w ways) on one node of two 20 GB/s sockets fits
+    # only relaxed: sns places it once it has aged spread_age_limit_cycles, whatever the
+    # device limit.
+    store = default_profiles()
+    node = Inventory((Node("n1", 16, 65536, (Socket(0, 20, 20.0), Socket(1, 20, 20.0))),))
+    job = SimJob(0, "MG", 0, 0, store.get("MG").runtime_s[1], procs=16, alpha=0.9)
+    starts = {}
+    for spread in (4, 12):
+        result = simulate([job], node, get_policy("sns"), cycle_s=5.0, model=ProfileDrivenModel(store),
+                          profiles=store, settings=PlanSettings(age_limit_cycles=10**6, spread_age_limit_cycles=spread))
+        starts[spread] = result.jobs[0].start_s
+    assert 12 * 5.0 <= starts[12] and 4 * 5.0 <= starts[4] < starts[12]

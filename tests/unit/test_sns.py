@@ -1,6 +1,8 @@
 """The SNS planner (paper 000, Sections 4.3-4.4) and its baselines ce and cs."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
@@ -38,19 +40,20 @@ def by_cluster(plan):
 
 
 def test_demand_computed_by_hand_for_mg_and_cg():
-    # MG, alpha 0.9, k = 1: F-IPC = IPC(20) = 1.0, T-IPC = 0.9. IPC(2) = 0.85 < 0.9;
-    # IPC(3) = 0.85 + (0.97 - 0.85) * (3 - 2) / (4 - 2) = 0.91 >= 0.9, so w = 3.
+    # MG, alpha 0.9, k = 1: F-IPC = IPC(20) = 1.0, T-IPC = 0.9. IPC(2) = 0.80 < 0.9;
+    # IPC(3) = 0.90 >= 0.9, so w = 3.
     # b = BW(3) = 7.4 + (7.1 - 7.4) * 1/2 = 7.25 GB/s per process.
     # P = 16, T = 28: n = 1 * ceil(16/28) = 1 node, c = ceil(16/1) = 16 cores.
     mg = STORE.get("MG")
     assert mg.demand(0.9, 1, 20) == (3, pytest.approx(7.25))
-    # CG, alpha 0.9, k = 2 (its fastest scale): IPC(9) = 0.87 + 0.10 * 1/4 = 0.895 < 0.9;
-    # IPC(10) = 0.87 + 0.10 * 2/4 = 0.92, so w = 10; b = BW(10) = 3.2 - 0.15 * 2/4 = 3.125.
+    # CG, alpha 0.9, k = 2 (its fastest scale): the k = 1 curves at 2 x the ways (half the
+    # processes per socket), IPC_2(4) = IPC_1(8) = 0.85 < 0.9, IPC_2(5) = IPC_1(10) = 0.90,
+    # so w = 5; b = BW_2(5) = 3.03 * BW_1(10) / BW_1(20) = 3.03 * 2.8 / 2.68 = 3.1657.
     # n = 2 * ceil(16/28) = 2 nodes, c = ceil(16/2) = 8 cores each.
-    assert STORE.get("CG").demand(0.9, 2, 20) == (10, pytest.approx(3.125))
-    # alpha 0.8 lowers the target to 0.8: CG k=2, IPC(7) = 0.72 + 0.15 * 3/4 = 0.8325 >= 0.8,
-    # IPC(6) = 0.795 < 0.8, so w = 7; b = BW(7) = 3.6 - 0.4 * 3/4 = 3.3.
-    assert STORE.get("CG").demand(0.8, 2, 20) == (7, pytest.approx(3.3))
+    assert STORE.get("CG").demand(0.9, 2, 20) == (5, pytest.approx(3.1657))
+    # alpha 0.8 lowers the target to 0.8: IPC_2(3) = IPC_1(6) = 0.775 < 0.8, IPC_2(4) =
+    # 0.85, so w = 4; b = BW_2(4) = 3.03 * BW_1(8) / 2.68 = 3.03 * 2.9 / 2.68 = 3.2787.
+    assert STORE.get("CG").demand(0.8, 2, 20) == (4, pytest.approx(3.2787))
     cg = sns.group_clusters(request(cluster(1, "CG"), ())[0])[0][0]
     options = sns.scale_options(cg, STORE.get("CG"), 28, 20)
     assert [(o.k, o.n) for o in options] == [(2, 2), (4, 4), (1, 1), (8, 8)]
@@ -64,8 +67,9 @@ def test_cg_spreads_to_two_nodes_with_hand_computed_details():
     for a in plan.assignments:
         d = a.details
         assert (d["scale_factor"], d["nodes"], d["cores_per_node"], d["program"]) == (2, 2, 8, "CG")
-        assert d["group_llc_ways"] == 10 and d["mem_bw_gbs"] == pytest.approx(3.125)
-    # 8 procs on one socket per node: their ways shares sum to the group's w = 10
+        assert d["group_llc_ways"] == 10 and d["mem_bw_gbs"] == pytest.approx(3.1657)
+    # 8 procs on one socket per node, twice the profiled layout's 4 per socket: the same
+    # LLC per process needs 2 x w = 10 ways there, and their ways shares sum to 10
     per_slot: dict[str, int] = {}
     for a in plan.assignments:
         per_slot[a.slot] = per_slot.get(a.slot, 0) + a.details["llc_ways"]
@@ -145,7 +149,8 @@ def test_falls_back_to_the_next_scale_in_profiled_order():
     plan = sns.SnsPolicy().plan(*request(cluster(1, "CG"), pool(1)))
     assert len(plan.assignments) == 16
     assert {a.details["scale_factor"] for a in plan.assignments} == {1}
-    assert {a.details["group_llc_ways"] for a in plan.assignments} == {10}
+    # 14 procs on the first socket need ceil(10 * 14 / 8) = 18 ways, 2 on the other 3
+    assert {a.details["group_llc_ways"] for a in plan.assignments} == {18, 3}
 
 
 def busy_node(free_ways: int) -> list[Slot]:
@@ -158,11 +163,11 @@ def test_a_job_is_delayed_until_the_age_limit_then_placed():
     slots = busy_node(free_ways=5)          # CG needs 10 ways per socket at every scale
     jobs = cluster(7, "CG", procs=4)
     first_seen = {j.key: 0 for j in jobs}
-    young = sns.SnsPolicy().plan(*request(jobs, slots, age_limit_cycles=3, cycle=2,
+    young = sns.SnsPolicy().plan(*request(jobs, slots, spread_age_limit_cycles=3, cycle=2,
                                                        first_seen=first_seen))
     assert not young.assignments and len(young.unplaced) == 4
     assert all("delayed (age 2/3" in u.reason for u in young.unplaced)
-    old = sns.SnsPolicy().plan(*request(jobs, slots, age_limit_cycles=3, cycle=3,
+    old = sns.SnsPolicy().plan(*request(jobs, slots, spread_age_limit_cycles=3, cycle=3,
                                                      first_seen=first_seen))
     assert len(old.assignments) == 4 and not old.unplaced
     assert all(a.details["relaxed"] and a.details["group_llc_ways"] == 5 for a in old.assignments)
@@ -173,11 +178,11 @@ def test_an_aged_job_that_cannot_fit_holds_back_younger_jobs():
     old = cluster(1, "CG", procs=40)       # 40 cores never fit a 28-core pool
     young = cluster(2, "EP", procs=2)
     seen = {j.key: 0 for j in old}
-    plan = sns.SnsPolicy().plan(*request(old + young, slots, age_limit_cycles=2, cycle=5,
+    plan = sns.SnsPolicy().plan(*request(old + young, slots, spread_age_limit_cycles=2, cycle=5,
                                                              first_seen=seen))
     assert not plan.assignments
     assert any("holds back" in u.reason for u in plan.unplaced if u.job.cluster == 2)
-    free = sns.SnsPolicy().plan(*request(old + young, slots, age_limit_cycles=2, cycle=5,
+    free = sns.SnsPolicy().plan(*request(old + young, slots, spread_age_limit_cycles=2, cycle=5,
                                          first_seen=seen, sns_block_on_aged=False))
     assert {a.job.cluster for a in free.assignments} == {2}
 
@@ -188,9 +193,11 @@ def test_unknown_program_runs_compact_exclusive_and_is_flagged():
     assert {a.details["profile"] for a in plan.assignments} == {"missing"}
     assert {a.details["scale_factor"] for a in plan.assignments} == {1}
     assert len({a.details["machine"] for a in plan.assignments}) == 1
-    # it claims all ways and bandwidth of the socket its procs use
-    assert sum(a.details["llc_ways"] for a in plan.assignments) == 20
-    assert sum(a.details["mem_bw_gbs"] for a in plan.assignments) == pytest.approx(59.0)
+    # its procs split evenly over the node's two sockets (the profiled layout), and it
+    # claims all ways and bandwidth of both
+    assert sorted(sum(1 for a in plan.assignments if a.slot == s) for s in {a.slot for a in plan.assignments}) == [2, 2]
+    assert sum(a.details["llc_ways"] for a in plan.assignments) == 40
+    assert sum(a.details["mem_bw_gbs"] for a in plan.assignments) == pytest.approx(118.0)
 
 
 def test_device_jobs_and_running_jobs_are_ignored():
@@ -270,7 +277,7 @@ def check_plan(plan, slots, jobs):
 def test_plans_never_exceed_capacity_and_place_jobs_whole(policy, scenario):
     slots, jobs, age = scenario
     seen = {j.key: 0 for j in jobs}
-    plan = policy.plan(*request(jobs, slots, cycle=age, age_limit_cycles=5, first_seen=seen))
+    plan = policy.plan(*request(jobs, slots, cycle=age, spread_age_limit_cycles=5, first_seen=seen))
     check_plan(plan, slots, jobs)
 
 
@@ -316,7 +323,7 @@ def test_global_keeps_the_greedy_plan_when_it_is_as_good():
 def test_global_plans_never_exceed_capacity_and_never_lose_to_greedy(scenario):
     slots, jobs, age = scenario
     seen = {j.key: 0 for j in jobs}
-    plan = sns_global.SnsGlobalPolicy().plan(*request(jobs, slots, cycle=age, first_seen=seen, age_limit_cycles=5,
+    plan = sns_global.SnsGlobalPolicy().plan(*request(jobs, slots, cycle=age, first_seen=seen, spread_age_limit_cycles=5,
                                                       deterministic=True, solver_time_limit_s=0.5))
     check_plan(plan, slots, jobs)
     if "cpsat_objective" in plan.stats and plan.stats["solver"] == "cp-sat":
@@ -336,3 +343,84 @@ def test_fallback_scales_must_meet_the_degradation_constraint() -> None:
     mg = store.get("MG")
     job = sns.ClusterJob("s", 2, tuple(cluster(2, "MG", procs=16)), "MG", 0.9, 0, 0)
     assert [o.k for o in sns.scale_options(job, mg, 28, 20)] == mg.scales() and len(mg.scales()) == 4
+
+
+# ---------------------------------------------------------------------------------------
+# Issue 12: the mechanisms SNS's gain relies on, and the baselines' fairness
+
+
+def _neutral_store() -> ProfileStore:
+    """NEU: neutral (within 5%), its fastest exclusive run at k = 8 by 3%."""
+    curves = {1: {"ipc_llc": [[2, 0.95], [20, 1.0]], "bw_llc_gbs": [[2, 0.3], [20, 0.3]]}}
+    return ProfileStore.of([parse_profile({"program": "NEU", "max_scale": 8,
+                                           "runtime_s": {1: 100.0, 2: 99.0, 4: 98.0, 8: 97.0}, "curves": curves})])
+
+
+def test_neutral_programs_are_spread_only_passively():
+    # Section 6.1: neutral programs are spread "not for improving their performance but to
+    # utilize residual cores". A node with 16 free cores takes NEU compactly (k = 1), though
+    # k = 8 ran 3% faster exclusively.
+    store = _neutral_store()
+    assert store.get("NEU").scales()[0] == 8
+    assert sns.scale_order(store.get("NEU")) == [1, 2, 4, 8]
+    plan = sns.SnsPolicy().plan(*request(cluster(1, "NEU"), pool(8), store=store))
+    assert {a.details["scale_factor"] for a in plan.assignments} == {1}
+    assert len({a.details["machine"] for a in plan.assignments}) == 1
+    # Four 28-core nodes with 6 free cores per socket: no node holds 16 procs, so it
+    # spreads to the next scale that fits (k = 2: 8 procs on each of 2 nodes).
+    busy = [replace(s, free=replace(s.total, cpus=6)) for s in pool(4)]
+    plan = sns.SnsPolicy().plan(*request(cluster(1, "NEU"), busy, store=store))
+    assert {a.details["scale_factor"] for a in plan.assignments} == {2}
+
+
+def test_scaling_programs_still_take_their_fastest_scale_first():
+    assert sns.scale_order(STORE.get("MG")) == STORE.get("MG").scales()
+    plan = sns.SnsPolicy().plan(*request(cluster(1, "MG"), pool(8)))
+    assert {a.details["scale_factor"] for a in plan.assignments} == {8}
+
+
+def test_cs_keeps_one_node_programs_on_one_node():
+    # GAN cannot run on more than one node (Section 6.1, max_scale 1): with two 14-core
+    # nodes CS may not split its 16 procs; BFS (which can run spread) is split 14 + 2.
+    small = pool(2, cores=14, sockets=[Socket(0, 20, 59.0)])
+    gan = spread_baselines.CompactSharePolicy().plan(*request(cluster(1, "GAN"), small))
+    assert not gan.assignments and len(gan.unplaced) == 16
+    bfs = spread_baselines.CompactSharePolicy().plan(*request(cluster(1, "BFS"), small))
+    assert len(bfs.assignments) == 16 and len({a.details["machine"] for a in bfs.assignments}) == 2
+
+
+@pytest.mark.parametrize("policy", [spread_baselines.CompactExclusivePolicy, spread_baselines.CompactSharePolicy])
+def test_ce_and_cs_split_a_nodes_procs_evenly_over_its_sockets(policy):
+    # The profiled runs had 16 processes "8 cores per socket" (Section 6.1).
+    plan = policy().plan(*request(cluster(1, "MG"), pool(1)))
+    per_socket: dict[str, int] = {}
+    for a in plan.assignments:
+        per_socket[a.slot] = per_socket.get(a.slot, 0) + 1
+    assert sorted(per_socket.values()) == [8, 8]
+
+
+def test_spread_policies_age_on_their_own_limit():
+    jobs = cluster(1, "MG", procs=16)
+    slots = pool(1, cores=8, sockets=[Socket(0, 20, 59.0)])  # 8 cores: MG never fits unrelaxed
+    seen = {j.key: 0 for j in jobs}
+    # the device limit (3) does not age a spread job; the spread limit (5) does
+    young = sns.SnsPolicy().plan(*request(jobs, slots, cycle=4, first_seen=seen, age_limit_cycles=3,
+                                          spread_age_limit_cycles=5))
+    assert not young.assignments
+    assert PlanSettings(age_limit_cycles=3).spread_age_limit() == 30
+    assert PlanSettings(age_limit_cycles=3, spread_age_limit_cycles=None).spread_age_limit() == 3
+
+
+def test_a_socket_hosting_more_procs_than_the_profiled_layout_reserves_more_ways():
+    # w holds for the profiled layout's procs per socket (P / n / sockets); Demand.ways_for
+    # keeps the LLC per process: 16 procs at k = 1 on a 2-socket node is 8 per socket.
+    d = sns.Demand(3, 1.0, reference_cores_per_node=16)
+    assert [d.ways_for(m, 2) for m in (1, 8, 9, 14)] == [2, 3, 4, 6]   # at least 2 (Section 5.1)
+    assert sns.Demand(3, 1.0).ways_for(14, 2) == 3                     # no reference: w per socket
+    # more than a socket has: no socket hosts 14 such procs, fit_on_node splits them
+    assert sns.Demand(15, 1.0, reference_cores_per_node=16).ways_for(14, 2) == 27
+    plan = sns.SnsPolicy().plan(*request(cluster(1, "BFS"), pool(1)))  # w = 18 at k = 1
+    per_socket: dict[str, int] = {}
+    for a in plan.assignments:
+        per_socket[a.slot] = per_socket.get(a.slot, 0) + 1
+    assert sorted(per_socket.values()) == [8, 8]
