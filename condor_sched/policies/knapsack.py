@@ -447,13 +447,16 @@ class KnapsackPolicy:
     kind = PolicyKind.DEVICE
 
     def plan(self, request: PlanRequest, settings: PlanSettings) -> Plan:
-        t0 = time.perf_counter()
-        considered, dslots, too_big, state, rest = prepare(request, settings)
-        starving_placed = len(state.assignments)
-        stats = greedy_fill(JobPool.build(rest, settings), state, settings)
-        stats.update(
-            solver=settings.knapsack_solver,
-            starving_placed=starving_placed,
-            solve_time_s=round(time.perf_counter() - t0, 6),
-        )
-        return dv.finish_plan(self.name, considered, dslots, state, too_big, settings, stats)
+        return greedy_plan(self.name, request, settings)
+
+
+def greedy_plan(name: str, request: PlanRequest, settings: PlanSettings, profit: Profit | None = None) -> Plan:
+    """Fig. 4 as a policy's plan: aging first, then ``greedy_fill`` with ``profit`` (None:
+    paper 002's count-then-Eq. 1)."""
+    t0 = time.perf_counter()
+    considered, dslots, too_big, state, rest = prepare(request, settings)
+    starving_placed = len(state.assignments)
+    stats = greedy_fill(JobPool.build(rest, settings), state, settings, profit=profit)
+    stats.update(solver=settings.knapsack_solver, starving_placed=starving_placed,
+                 solve_time_s=round(time.perf_counter() - t0, 6))
+    return dv.finish_plan(name, considered, dslots, state, too_big, settings, stats)
