@@ -16,12 +16,17 @@ the larger jobs preferred does the opposite: the jobs that share worst start fir
 with the small jobs that complete its device's threads, and the small jobs left fill the
 gaps at the end. Like Eq. 1 it needs no run times.
 
-Measured (``docs/results.md``, 5 seeds): Table I 6.3% before ``random`` with threads hard,
-3.3% overcommitted 2x; short of issue 12's 10% and 5%, which the makespan bound
-(``simulate/makespan_bound.py``) leaves out of reach on most workloads. Overcommitted, on
-the normal and low-skew distributions, it loses to ``random`` by about 1%: filling 2T with
-the largest jobs there puts 180- and 120-thread jobs together, whose offloads COSMIC can
-only serialise, where four 120s would pair.
+Overcommitted (COSMIC serialises what does not fit the hardware threads T), filling 2T
+with the largest jobs alone puts 180- and 120-thread jobs together, whose offloads can only
+run one after another, where four 120s would run two at a time: on the normal and low-skew
+distributions that lost to ``random`` by about 1%. So among fillings of equal threads a job
+whose t divides T (60, 120, 240 on a Phi: its offloads tile the device with their like)
+weighs ``TILING_WEIGHT`` times its t^2. With threads hard every resident job's offloads fit
+at once, and the plain order holds.
+
+Measured: ``docs/results.md`` (5 seeds per row, beside the makespan bound of
+``simulate/makespan_bound.py``, which leaves issue 12's 10% over random out of reach on
+most workloads).
 """
 from __future__ import annotations
 
@@ -31,14 +36,27 @@ from condor_sched.policies.base import PlanRequest, PlanSettings, PolicyKind, re
 from condor_sched.policies.knapsack import Profit, greedy_plan
 
 
+#: Overcommitted, a job whose threads divide the hardware threads counts this many times
+#: its t^2 in the tie-break (its offloads tile the device with their like). Chosen on
+#: development seeds 1-5 among 1 (plain t^2), 2 and lexicographic (tiling jobs first):
+#: overcommitted Table I / uniform / normal / low-skew / high-skew +3.6 / +5.1 / +1.1 / +1.1 /
+#: +4.6% over random with 1, +3.6 / +4.5 / +6.4 / +8.5 / +4.5% with 2, +1.1 / +1.2 / +6.2 /
+#: +2.5 / +4.4% lexicographic; ``docs/results.md`` reports other seeds.
+TILING_WEIGHT = 2
+
+
 def thread_profit(settings: PlanSettings) -> Profit:
-    """Threads first, then the sum of t^2 (larger jobs): t x (S + 1) + t^2, where S bounds
-    any device's sum of t^2 (its plannable threads squared), so no tie-break outweighs a thread."""
+    """Threads first, then the sum of t^2 (larger jobs), t^2 counted ``TILING_WEIGHT`` times
+    for a job whose threads divide the hardware threads when threads are overcommitted:
+    t x (S + 1) + weight x t^2, where S bounds any device's tie-break sum (weight x its
+    plannable threads squared), so no tie-break outweighs a thread."""
+    overcommitted = settings.thread_overcommit > 1.0
 
     def profit(need: dv.Capacity, hardware_threads: int) -> int:
         plannable = int(hardware_threads * settings.thread_overcommit)
         t = need.device_threads
-        return t * (plannable * plannable + 1) + t * t
+        weight = TILING_WEIGHT if overcommitted and t > 0 and hardware_threads % t == 0 else 1
+        return t * (TILING_WEIGHT * plannable * plannable + 1) + weight * t * t
 
     return profit
 

@@ -41,3 +41,15 @@ def test_device_memory_still_binds() -> None:
     jobs = [job(0, 7900, 180)] + [job(i, 3000, 60) for i in range(1, 4)]
     assert threads_placed("thread-fill", jobs, [device(0, 8192, 240)]) == {180: 1}
     assert threads_placed("thread-fill", jobs[1:], [device(0, 8192, 240)]) == {60: 2}
+
+
+def test_overcommitted_devices_prefer_jobs_that_tile_the_hardware_threads() -> None:
+    # 480 plannable threads: {180, 180, 120} and {120 x 4} fill them alike; COSMIC runs two
+    # 120s at once but never a 180 beside a 180 or a 120, so the 120s win (plain t^2 would
+    # take the 180s)
+    jobs = [job(0, 500, 180), job(1, 500, 180)] + [job(2 + i, 500, 120) for i in range(4)]
+    settings = PlanSettings(age_limit_cycles=10**9, thread_overcommit=2.0)
+    assert threads_placed("thread-fill", jobs, [device(0, 8192, 240)], settings) == {120: 4}
+    # with threads hard every resident job's offloads fit at once: the larger job first
+    jobs = [job(0, 500, 240), job(1, 500, 120), job(2, 500, 120)]
+    assert threads_placed("thread-fill", jobs, [device(0, 8192, 240)]) == {240: 1}
