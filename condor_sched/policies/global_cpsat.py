@@ -289,12 +289,15 @@ class GlobalPolicy:
         def out_of_time() -> bool:
             return not settings.deterministic and time.perf_counter() >= deadline
 
+        def fresh() -> dv.DeviceState:
+            """An empty plan over the devices as the aging rule left them."""
+            return dv.DeviceState(list(dslots), {k: list(v) for k, v in state.residual.items()},
+                                  set(state.reserved), [], {})
+
         def run_greedy(tight: bool, start: dict[str, list[Job]] | None = None) -> dv.DeviceState:
             """A greedy plan, optionally completing a partial one (``start``); stopped at
             the greedy share of the limit (still a valid plan)."""
-            out = dv.DeviceState(
-                list(dslots), {k: list(v) for k, v in state.residual.items()}, set(state.reserved), [], {}
-            )
+            out = fresh()
             done: set = set()
             for s in open_slots:
                 for job in (start or {}).get(s.name, []):
@@ -312,9 +315,7 @@ class GlobalPolicy:
 
         by_key = {j.key: j for j in rest}
         completed: list[bool] = []
-        packed_plan = dv.DeviceState(
-            list(dslots), {k: list(v) for k, v in state.residual.items()}, set(state.reserved), [], {}
-        )
+        packed_plan = fresh()
         pack(rest, packed_plan, settings, deadline=fill_deadline,
              repair_deadline=None if settings.deterministic else deadline)
         greedy, hint_name = packed_plan, "lp-pack"
@@ -339,10 +340,12 @@ class GlobalPolicy:
         target: int | None = None
         columns: cg.ColumnPlan | None = None
         if len(open_slots) > nb.NEIGHBOURHOOD_DEVICES and len(greedy.assignments) < len(rest) and not out_of_time():
-            target = group_lp(dict(Counter(dv.demand(j, settings) for j in rest)), device_groups(open_slots, caps)).bound
+            shape_supply = dict(Counter(dv.demand(j, settings) for j in rest))
+            target = group_lp(shape_supply, device_groups(open_slots, caps)).bound
         if (target is not None and len(open_slots) >= cg.MIN_DEVICES and len(greedy.assignments) < target
                 and (settings.deterministic or deadline - time.perf_counter() >= MIN_COLUMN_S)):
-            columns, candidate = self._columns(greedy, rest, by_key, open_slots, caps, settings, deadline, target, dslots, state)
+            columns, candidate = self._columns(greedy, rest, shape_supply, by_key, open_slots, caps, settings, deadline,
+                                               target, fresh())
             if candidate is not None and score(candidate) > score(greedy):
                 greedy, hint_name = candidate, "configuration LP"
         greedy_jobs: dict[str, list[Job]] = {s.name: [] for s in open_slots}
@@ -406,24 +409,23 @@ class GlobalPolicy:
         return dv.finish_plan(self.name, considered, dslots, state, too_big, settings, stats)
 
     @staticmethod
-    def _columns(start: dv.DeviceState, rest: Sequence[Job], by_key: dict, open_slots: Sequence[Slot],
-                 caps: dict[str, list[int]], settings: PlanSettings, deadline: float, target: int,
-                 dslots: Sequence[Slot], state: dv.DeviceState) -> tuple[cg.ColumnPlan | None, dv.DeviceState | None]:
+    def _columns(start: dv.DeviceState, rest: Sequence[Job], supply: nb.Counts, by_key: dict,
+                 open_slots: Sequence[Slot], caps: dict[str, list[int]], settings: PlanSettings, deadline: float,
+                 target: int, out: dv.DeviceState) -> tuple[cg.ColumnPlan | None, dv.DeviceState | None]:
         """The rounded configuration LP (``columns.py``) from ``start``'s patterns, its gaps
-        and left-over devices filled by ``lp-pack``: the LP's answer and that plan."""
+        and left-over devices filled by ``lp-pack`` into the empty plan ``out``: the LP's
+        answer and that plan."""
         on_device: dict[str, list[Job]] = {s.name: [] for s in open_slots}
         for a in start.assignments:
             on_device[a.slot].append(by_key[a.job])
         budget = settings.solver_time_limit_s * COLUMN_SHARE
         if not settings.deterministic:
             budget = (deadline - time.perf_counter()) * COLUMN_SHARE
-        supply = dict(Counter(dv.demand(j, settings) for j in rest))
         columns = cg.configuration_plan(_counts_by_device(on_device, settings), supply, open_slots, caps, settings,
                                         time.perf_counter() + budget, budget, target)
         if columns is None:
             return None, None
         pool = JobPool.build(sorted(rest, key=dv.job_order), settings)
-        out = dv.DeviceState(list(dslots), {k: list(v) for k, v in state.residual.items()}, set(state.reserved), [], {})
         slot_by_name = {s.name: s for s in open_slots}
         done: set = set()
         for name, jobs in _jobs_for(_flat(columns.on_device), pool, open_slots).items():
