@@ -4,8 +4,9 @@ with running mates (Listing 1, Section 3.2).
 For each queued job in order, the static try comes first (:func:`~condor_sched.policies.
 backfill.easy_backfill`). When it fails, Listing 1 compares
 
-* ``static_end = wait + req_time``: the wait from the map of running jobs' predicted ends
-  (the time enough nodes come free), and
+* ``static_end = wait + req_time``: the job's start in SLURM's backfill map (running jobs'
+  predicted ends and the reservations of the queued jobs ahead of it,
+  :class:`~condor_sched.policies.backfill.ReservationMap`), and
 * ``mall_end = req_time + increase``: starting now on ``k`` cores of each node.
 
 Decisions where the text is ambiguous (ours, not the paper's):
@@ -32,6 +33,9 @@ Decisions where the text is ambiguous (ours, not the paper's):
 * The heuristic (Section 3.2.4) is exact here: among the candidates with p < MAX_SLOWDOWN
   (Eq. 2) it picks the set of at most m mates whose node counts sum to the guest's
   (Eq. 3) with the least sum of penalties (Eq. 1); ties go to the earliest-started mates.
+* Every job is malleable (the paper's simulations), and a malleable start is not checked
+  against the reserved job's start: Listing 1 has no such check, though the mates' longer
+  predicted ends can move the reservation later.
 """
 from __future__ import annotations
 
