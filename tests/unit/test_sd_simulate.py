@@ -2,6 +2,8 @@
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from condor_sched.policies.backfill import easy_backfill
 from condor_sched.policies.cpu_nodes import RuntimeModel
@@ -68,3 +70,40 @@ def test_swf_maps_processors_onto_whole_nodes(tmp_path):
 def test_a_job_larger_than_the_pool_is_refused_up_front():
     with pytest.raises(ValueError, match="needs 3 nodes"):
         NodeSimulation([NodeJob(0, 3, 1, 1, 0)], 2, 8, easy_backfill)
+
+
+class _Checked(NodeSimulation):
+    """The simulator with its node accounting checked after every planning call."""
+
+    def _plan(self, now: float) -> None:
+        super()._plan(now)
+        holders: dict[int, list[int]] = {}
+        for index, run in self.running.items():
+            for n in run.nodes:
+                holders.setdefault(n, []).append(index)
+        assert not set(holders) & set(self.free), "a free node holds a job"
+        assert len(self.free) == len(set(self.free))
+        for n, jobs in holders.items():
+            assert len(jobs) <= 2, f"node {n} holds {jobs}"
+            if len(jobs) == 2:  # a mate and its guest, never two static jobs
+                a, b = (self.running[i] for i in jobs)
+                assert a.guest == b.job.index or b.guest == a.job.index
+
+
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(1, 500), st.integers(1, 1000), st.integers(0, 2000)),
+                min_size=1, max_size=25),
+       st.sampled_from([math.inf, 2.0, None]), st.sampled_from(list(RuntimeModel)))
+@settings(max_examples=60, deadline=None)
+def test_every_job_runs_to_its_end_and_no_node_is_oversubscribed(rows, max_slowdown, model):
+    jobs = [NodeJob(i, n, run, run + extra, arrival) for i, (n, run, extra, arrival) in enumerate(rows)]
+    for planner in (easy_backfill, sd(SdSettings(max_slowdown))):
+        sim = _Checked(jobs, 4, 8, planner, model)
+        result = sim.run()
+        assert set(result.finish_s) == {j.index for j in jobs}
+        for j in jobs:
+            # A job never finishes before its work at full speed, and a static one takes exactly it.
+            ran = result.finish_s[j.index] - result.started_s[j.index]
+            assert ran >= j.runtime_s - 1e-6
+            if j.index not in sim.guests and j.index not in sim.mates:
+                assert ran == pytest.approx(j.runtime_s)
+        assert len(sim.free) == 4 and not sim.running
