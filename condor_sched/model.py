@@ -156,6 +156,8 @@ class Job:
 class SlotKind(str, enum.Enum):
     DEVICE = "device"
     SOCKET = "socket"
+    #: A whole CPU node of ``total.cpus`` cores, shared by node-sharing policies (paper 001).
+    NODE = "node"
 
 
 @dataclass(frozen=True, slots=True)

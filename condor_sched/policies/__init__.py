@@ -7,11 +7,13 @@ __all__ = ["PlanRequest", "PlanSettings", "Policy", "PolicyError", "PolicyKind",
            "register", "run_policy"]
 
 # Each policy module registers itself on import (keep this list sorted).
+from condor_sched.policies import backfill  # noqa: E402,F401
 from condor_sched.policies import exclusive  # noqa: E402,F401
 from condor_sched.policies import global_cpsat  # noqa: E402,F401
 from condor_sched.policies import knapsack  # noqa: E402,F401
 from condor_sched.policies import packed  # noqa: E402,F401
 from condor_sched.policies import random_packing  # noqa: E402,F401
+from condor_sched.policies import sd  # noqa: E402,F401
 from condor_sched.policies import sns  # noqa: E402,F401
 from condor_sched.policies import sns_global  # noqa: E402,F401
 from condor_sched.policies import spread_baselines  # noqa: E402,F401

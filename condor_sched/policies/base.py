@@ -24,6 +24,8 @@ class PolicyKind(str, enum.Enum):
 
     DEVICE = "device"
     SPREAD = "spread"
+    #: Rigid multi-node CPU jobs on whole NODE slots (paper 001: ``backfill``, ``sd``).
+    NODE = "node"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,13 @@ class PlanSettings:
     sns_block_on_aged: bool = True
     sns_global_max_jobs: int = 16
     spread_age_limit_cycles: int | None = 30
+    #: SD-Policy (paper 001, Section 3.2): MAX_SLOWDOWN, the cut-off of a mate's penalty
+    #: (math.inf: unbounded; None: DynAVGSD, the running jobs' average predicted slowdown),
+    #: the most mates of one guest (m) and the SharingFactor. The default 10 is ours
+    #: (``sd.DEFAULT_MAX_SLOWDOWN``), m and SharingFactor the paper's.
+    sd_max_slowdown: float | None = 10.0
+    sd_max_mates: int = 2
+    sd_sharing_factor: float = 0.5
 
     def spread_age_limit(self) -> int:
         """The aging limit (cycles) of the spread policies."""
@@ -81,6 +90,8 @@ class PlanRequest:
     first_seen_cycle: Mapping[JobKey, int] = field(default_factory=dict)
     profiles: ProfileStore | None = None
     exploration_scales: Mapping[str, int] = field(default_factory=dict)
+    #: The time the state was observed (s); the node-sharing policies plan against it.
+    now_s: float | None = None
 
     @classmethod
     def of(cls, jobs: Sequence[Job], slots: Sequence[Slot], **more) -> PlanRequest:

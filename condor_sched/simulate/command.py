@@ -9,10 +9,13 @@ import click
 
 from condor_sched.inventory import MAX_NODES, InventoryError, load_inventory
 from condor_sched.options import AGE_CYCLES, MAX_SEQUENCES, SEED, THREAD_OVERCOMMIT, BoundedFloat, bounded_int
-from condor_sched.policies.base import PlanSettings, PolicyError
+from condor_sched.policies.base import PlanSettings, PolicyError, PolicyKind, policy_names
 from condor_sched.profiles import ProfileError
 from condor_sched.simulate.engine import DEFAULT_CYCLE_S, MAX_CYCLE_S, MIN_CYCLE_S, SimulationError
 from condor_sched.simulate.metrics import PlotError, to_json, write_plots
+from condor_sched.policies.cpu_nodes import RuntimeModel
+from condor_sched.policies.sd import DEFAULT_MAX_SLOWDOWN, DEFAULT_MAX_SLOWDOWN_LABEL
+from condor_sched.simulate.cpu_jobs import parse_max_slowdown, read_swf_nodes, simulate_node_policy
 from condor_sched.simulate.offload import MODELS
 from condor_sched.simulate.study import simulate_report, spec_for
 from condor_sched.simulate.workloads import MAX_WORKLOAD_JOBS, WorkloadError, default_jobs, is_builtin
@@ -64,13 +67,24 @@ _KEYS = ("makespan_s", "mean_wait_s", "mean_turnaround_s", "mean_slowdown", "thr
 @click.option("--offload-model", "offload_model", type=click.Choice(sorted(MODELS)), default="offload",
               show_default=True, help="Device workloads: offloads of equal length (offload), or lengths drawn "
                                       "per offload with the same totals (offload-drawn).")
+@click.option("--cores-per-node", "cores_per_node", type=bounded_int(1, 4096), default=None,
+              help="Read the .swf workload as rigid CPU jobs on whole nodes of C cores (paper 001) and "
+                   "simulate a node policy (backfill, sd), planning at every submit and finish "
+                   "(--cycle-s plays no part); --nodes counts these CPU nodes.")
+@click.option("--max-slowdown", "max_slowdown", default=None, metavar="X|unbounded|dynamic",
+              help=f"sd: MAX_SLOWDOWN, the cut-off of a mate's penalty (default {DEFAULT_MAX_SLOWDOWN_LABEL}, ours).")
+@click.option("--runtime-model", "runtime_model", type=click.Choice([m.value for m in RuntimeModel]),
+              default="ideal", show_default=True,
+              help="With --cores-per-node: what really happens to a job whose nodes hold unequal cores "
+                   "(paper 001, Eq. 5 ideal, Eq. 6 worst case).")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,
               help="Write utilisation and concurrency PNGs to this directory (needs matplotlib).")
 def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy: str, seed: int,
                      inventory_path: str | None, sequences: int | None, footprint_against: str | None,
                      cycle_s: float, age_limit_cycles: int | None, spread_age_limit_cycles: int | None,
-                     thread_overcommit: float, offload_model: str, as_json: bool, plot_dir: str | None) -> None:
+                     thread_overcommit: float, offload_model: str, cores_per_node: int | None,
+                     max_slowdown: str | None, runtime_model: str, as_json: bool, plot_dir: str | None) -> None:
     """Simulate a workload under a policy on a simulated pool.
 
     \b
@@ -80,7 +94,13 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
     Example (paper 000's Section 6.2: 10 random 20-job sequences under SNS):
       condor-sched simulate --workload sns-random --sequences 10 --policy sns \\
           --cycle-s 5 --age-limit-cycles 120 --json
+    Example (paper 001's SD-Policy on the RICC trace, 1024 nodes of 8 cores):
+      condor-sched simulate --workload RICC-2010-2-midseptember.swf --cores-per-node 8 \\
+          --nodes 1024 --policy sd --max-slowdown dynamic --runtime-model worst --json
     """
+    if cores_per_node is not None or max_slowdown is not None or policy in policy_names(PolicyKind.NODE):
+        _simulate_node_jobs(workload, jobs, nodes, policy, cores_per_node, max_slowdown, runtime_model, as_json)
+        return
     try:
         inventory = None
         if inventory_path:
@@ -127,6 +147,36 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
         if key in report:
             value = report[key]
             click.echo(f"  {key:26} {value:.3f}" if isinstance(value, float) else f"  {key:26} {value}")
+
+
+def _simulate_node_jobs(workload: str, jobs: int | None, nodes: int | None, policy: str, cores_per_node: int | None,
+                        max_slowdown: str | None, runtime_model: str, as_json: bool) -> None:
+    """``simulate --cores-per-node``: paper 001's whole-node CPU jobs (simulate/cpu_jobs.py)."""
+    try:
+        if cores_per_node is None:
+            raise ValueError(f"--policy {policy} and --max-slowdown need --cores-per-node (whole-node CPU jobs)")
+        if not workload.endswith(".swf"):
+            raise ValueError(f"--cores-per-node reads an .swf log, not {workload!r}")
+        if nodes is None:
+            raise ValueError("--cores-per-node needs --nodes (the CPU nodes of the pool)")
+        limit = parse_max_slowdown(max_slowdown) if max_slowdown is not None else DEFAULT_MAX_SLOWDOWN
+        settings = PlanSettings(sd_max_slowdown=limit)
+        report = simulate_node_policy(read_swf_nodes(workload, cores_per_node, jobs), nodes, cores_per_node, policy,
+                                      settings, RuntimeModel(runtime_model))
+    except (WorkloadError, PolicyError, ValueError) as e:
+        raise BadInput(str(e)) from None
+    if as_json:
+        click.echo(to_json(report))
+        return
+    click.echo(f"{report['workload']}: {report['jobs']} jobs, {nodes} nodes x {cores_per_node} cores, "
+               f"policy {policy}, {runtime_model} runtime model")
+    for key in _NODE_KEYS:
+        value = report[key]
+        click.echo(f"  {key:26} {value:.3f}" if isinstance(value, float) else f"  {key:26} {value}")
+
+
+_NODE_KEYS = ("makespan_s", "mean_turnaround_s", "mean_wait_s", "mean_slowdown", "malleable_jobs", "mate_jobs",
+              "malleable_fraction")
 
 
 #: The name the CLI group imports (``condor_sched.cli``).

@@ -289,26 +289,17 @@ def _swf_lines(path: Path) -> Iterator[tuple[int, str]]:
         raise WorkloadError(f"{path}: cannot read: {e.strerror}") from None
 
 
-def read_swf(path: str | Path, limit: int | None = None) -> Workload:
-    """Read a Standard Workload Format log (18 fields; ``;`` comments; -1 = missing).
-
-    A line with another field count or a non-number raises :class:`WorkloadError` naming
-    the file and line. A well-formed job without a run time (fields 4 and 9 both -1 or 0)
-    or without processors (fields 8 and 5 both -1) is skipped, and the reason recorded.
-    Mapping: arrival = submit time minus the first job's; run time = field 4, else
-    the requested time (field 9); device request by :func:`swf_request` from the requested
-    processors (else allocated) and requested memory (else used memory).
-    """
-    path = Path(path)
-    wanted = MAX_WORKLOAD_JOBS if limit is None else min(limit, MAX_WORKLOAD_JOBS)
-    jobs: list[SimJob] = []
-    skipped: list[Skipped] = []
+def swf_jobs(path: Path, skipped: list[Skipped]) -> Iterator[tuple[str, dict[str, float], float, float, float]]:
+    """(what, fields, run time, processors, arrival) of each usable job of an SWF log, in
+    order; unusable jobs are appended to ``skipped`` with the reason (:func:`read_swf`)."""
     first_submit: float | None = None
     for lineno, line in _swf_lines(path):
         stripped = line.strip()
         if not stripped or stripped.startswith(";"):
             continue
         parts = stripped.split()
+        if len(parts) == len(SWF_FIELDS) - 1:  # logs that leave out field 18, the think time
+            parts.append("-1")
         if len(parts) != len(SWF_FIELDS):
             raise WorkloadError(f"{path}:{lineno}: expected {len(SWF_FIELDS)} fields, got {len(parts)}")
         values: dict[str, float] = {}
@@ -334,14 +325,32 @@ def read_swf(path: str | Path, limit: int | None = None) -> Workload:
         if values["submit_time"] < 0:
             skipped.append(Skipped(what, "no submit time (field 2 missing)"))
             continue
-        memory_kb = values["requested_memory_kb"]
-        if memory_kb < 0:
-            memory_kb = values["used_memory_kb"]
         if first_submit is None:
             first_submit = values["submit_time"]
         arrival = max(0.0, values["submit_time"] - first_submit)
         if runtime > MAX_RUNTIME_S or arrival > MAX_ARRIVAL_S:
             raise WorkloadError(f"{what}: run time above {MAX_RUNTIME_S:g} s or arrival above {MAX_ARRIVAL_S:g} s")
+        yield what, values, runtime, processors, arrival
+
+
+def read_swf(path: str | Path, limit: int | None = None) -> Workload:
+    """Read a Standard Workload Format log (18 fields; ``;`` comments; -1 = missing).
+
+    A line with another field count or a non-number raises :class:`WorkloadError` naming
+    the file and line. A well-formed job without a run time (fields 4 and 9 both -1 or 0)
+    or without processors (fields 8 and 5 both -1) is skipped, and the reason recorded.
+    Mapping: arrival = submit time minus the first job's; run time = field 4, else
+    the requested time (field 9); device request by :func:`swf_request` from the requested
+    processors (else allocated) and requested memory (else used memory).
+    """
+    path = Path(path)
+    wanted = MAX_WORKLOAD_JOBS if limit is None else min(limit, MAX_WORKLOAD_JOBS)
+    jobs: list[SimJob] = []
+    skipped: list[Skipped] = []
+    for _, values, runtime, processors, arrival in swf_jobs(path, skipped):
+        memory_kb = values["requested_memory_kb"]
+        if memory_kb < 0:
+            memory_kb = values["used_memory_kb"]
         memory, threads = swf_request(processors, memory_kb)
         jobs.append(SimJob(len(jobs), "swf", memory, threads, runtime, arrival_s=arrival,
                            offloads=offloads_for_runtime(runtime)))

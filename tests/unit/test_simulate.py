@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from condor_sched.model import Assignment, Plan, SlotKind
-from condor_sched.policies.base import PlanSettings, policy_names
+from condor_sched.policies.base import PlanSettings, PolicyKind, policy_names
 from condor_sched.simulate.command import simulate_command
 from condor_sched.simulate.engine import phi_inventory, simulate
 from condor_sched.simulate.metrics import run_metrics
@@ -138,7 +138,8 @@ def test_hand_computed_makespan_with_a_negotiation_cycle_gap():
 CPU_POLICIES = {"ce", "cs", "sns", "sns-global"}
 
 
-@pytest.mark.parametrize("policy", [p for p in policy_names() if p not in CPU_POLICIES])
+@pytest.mark.parametrize("policy", [p for p in policy_names() if p not in CPU_POLICIES
+                                    and p not in policy_names(PolicyKind.NODE)])  # test_sd_cli.py
 def test_same_seed_gives_byte_identical_json_for_every_device_policy(policy):
     args = ["--workload", "phi-normal", "--jobs", "30", "--nodes", "2", "--policy", policy,
             "--seed", "7", "--cycle-s", "5", "--json"]
