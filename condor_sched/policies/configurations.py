@@ -45,22 +45,33 @@ def configurations(sizes: Sequence[int], max_counts: Sequence[int], threads: int
     return out if extend(0, threads) else None
 
 
-def configuration_lp(work: Sequence[float], configs: Sequence[Configuration]) -> tuple[float, list[float]]:
-    """The LP of the module docstring: its value and y_c per configuration (``work[i]`` is
-    W of size i, in the configurations' column order)."""
+def covering_lp(demand: Sequence[float], columns: Sequence[Sequence[float]],
+                allowed: set[int] | None = None) -> tuple[float, list[float]] | None:
+    """minimise sum_j y_j  s.t.  sum_j columns[j][i] y_j >= demand[i],  y >= 0 (y_j = 0 for
+    a column not in ``allowed``, when given): the value and y, or None when infeasible."""
     from ortools.linear_solver import pywraplp
 
     solver = pywraplp.Solver.CreateSolver("GLOP")
-    y = [solver.NumVar(0.0, solver.infinity(), "") for _ in configs]
-    for i, w in enumerate(work):
-        row = solver.Constraint(w, solver.infinity())
-        for var, c in zip(y, configs):
-            if c[i]:
-                row.SetCoefficient(var, float(c[i]))
+    y = [solver.NumVar(0.0, solver.infinity() if allowed is None or j in allowed else 0.0, "")
+         for j in range(len(columns))]
+    for i, d in enumerate(demand):
+        row = solver.Constraint(d, solver.infinity())
+        for var, column in zip(y, columns):
+            if column[i]:
+                row.SetCoefficient(var, float(column[i]))
     objective = solver.Objective()
     for var in y:
         objective.SetCoefficient(var, 1.0)
     objective.SetMinimization()
-    if solver.Solve() != pywraplp.Solver.OPTIMAL:  # pragma: no cover - always feasible
-        raise RuntimeError("configuration LP not solved")
+    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+        return None
     return objective.Value(), [var.solution_value() for var in y]
+
+
+def configuration_lp(work: Sequence[float], configs: Sequence[Configuration]) -> tuple[float, list[float]]:
+    """The LP of the module docstring: its value and y_c per configuration (``work[i]`` is
+    W of size i, in the configurations' column order)."""
+    solved = covering_lp(work, configs)
+    if solved is None:  # pragma: no cover - always feasible: each size has its own configuration
+        raise RuntimeError("configuration LP not solved")
+    return solved

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
 from collections import defaultdict
 from dataclasses import replace
 from typing import Callable, Sequence
 
-from condor_sched.policies.configurations import configurations
+from condor_sched.policies.configurations import configurations, covering_lp
 from condor_sched.simulate.offload import OffloadDevice
 from condor_sched.simulate.workloads import SYNTHETIC_OFFLOADS, SimJob
 
@@ -84,24 +85,11 @@ def resident_rates(resident: Sequence[int], jobs_by_threads: dict[int, Sequence[
 def best_mix_makespan(rates: Sequence[dict[int, float]], work: dict[int, float], devices: int,
                       allowed: set[int] | None = None) -> tuple[float, list[float]]:
     """The LP of the module docstring over the resident sets whose ``rates`` are given (only
-    those in ``allowed`` when set): the makespan and each set's device time."""
-    from ortools.linear_solver import pywraplp
-
-    solver = pywraplp.Solver.CreateSolver("GLOP")
-    y = [solver.NumVar(0.0, solver.infinity() if allowed is None or i in allowed else 0.0, "")
-         for i in range(len(rates))]
-    for size, w in work.items():
-        row = solver.Constraint(w / devices, solver.infinity())
-        for var, r in zip(y, rates):
-            if r.get(size):
-                row.SetCoefficient(var, r[size])
-    objective = solver.Objective()
-    for var in y:
-        objective.SetCoefficient(var, 1.0)
-    objective.SetMinimization()
-    if solver.Solve() != pywraplp.Solver.OPTIMAL:
-        return float("inf"), []
-    return objective.Value(), [var.solution_value() for var in y]
+    those in ``allowed`` when set): the makespan and each set's device time (inf when the
+    sets cannot do the work)."""
+    sizes = list(work)
+    solved = covering_lp([work[s] / devices for s in sizes], [[r.get(s, 0.0) for s in sizes] for r in rates], allowed)
+    return (math.inf, []) if solved is None else solved
 
 
 def phase_blind_limit(jobs: Sequence[SimJob], devices: int, threads: int, overcommit: int,
