@@ -172,7 +172,11 @@ def _install_config(settings: PoolSettings, inventory: Inventory, hooks: config.
         os.chown(execute, int(condor), int(condor_gid))
         execute.chmod(0o755)
         settings.in_root(config.AGENT_STATE_DIR / node.name).mkdir(parents=True, exist_ok=True)
-        settings.in_root(config.probe_dir(node.name)).mkdir(parents=True, exist_ok=True)
+        # Readings are per ClusterId.ProcId, and a new pool numbers clusters from 1 again: a
+        # reading left by an earlier pool's job would stop this pool's job of that id.
+        probes = settings.in_root(config.probe_dir(node.name))
+        shutil.rmtree(probes, ignore_errors=True)
+        probes.mkdir(parents=True, exist_ok=True)
         settings.in_root(config.PROFILE_RUNS_DIR).mkdir(parents=True, exist_ok=True)
         daemons = config.render_node_daemons(node, i, hooks)
         slots = chroot.in_chroot(root, [config.PYTHON, str(config.HOOKS_DIR / config.DISCOVER_SCRIPT),
