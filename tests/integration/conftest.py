@@ -118,18 +118,10 @@ class PoolHandle:
         ad = None
         while time.monotonic() < deadline:
             ad = self.job(cluster, attrs)
-            if ad is not None and done(ad) and _exit_recorded(ad, attrs):
+            if ad is not None and done(ad):
                 return ad
             time.sleep(0.5)
         raise AssertionError(f"job {cluster} did not reach the expected state in {timeout_s} s: {ad}")
-
-
-def _exit_recorded(ad: dict[str, Any], attrs: list[str]) -> bool:
-    """A completed job's exit, when asked for, is in its ad: the schedd can publish
-    JobStatus 4 a moment before ExitCode (seen under load)."""
-    if ad.get("JobStatus") != 4 or "ExitCode" not in attrs:
-        return True
-    return "ExitCode" in ad or bool(ad.get("ExitBySignal"))
 
 
 def _assert_nothing_left(root: Path) -> None:
