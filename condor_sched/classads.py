@@ -41,8 +41,13 @@ from condor_sched.consistency import consistent_state, distinct_slots
 from condor_sched.device_kinds import DeviceKind, device_kinds
 from condor_sched.gc_pause import gc_paused
 from condor_sched.model import (
+    MALLEABLE_ATTR,
     PIN_CLAUSE,
     PIN_CYCLE_ATTR,
+    PIN_GUEST_ATTR,
+    PIN_MATE_ATTR,
+    PIN_MATE_BASE_ATTR,
+    PIN_MATE_INCREASE_ATTR,
     PIN_ORIGINAL_ATTR,
     PIN_REASON_ATTR,
     PIN_SLOT_ATTR,
@@ -248,11 +253,25 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
         job_prio=int(_lenient(ad, "JobPrio", int) or 0),
         pin_reason=_lenient(ad, PIN_REASON_ATTR, str),
         start_refused=_start_refused(ad, status),
+        hook_refusal=_hook_refusal(ad, status),
+        malleable=_lenient(ad, MALLEABLE_ATTR, bool) is True,
         attributes={
             "Requirements": requirements,
             PIN_ORIGINAL_ATTR: _lookup_text(ad, PIN_ORIGINAL_ATTR) if PIN_ORIGINAL_ATTR in ad else None,
+            **_node_sharing_attributes(ad),
         },
     )
+
+
+def _node_sharing_attributes(ad: classad2.ClassAd) -> dict[str, Any]:
+    """The sidecar's node-sharing marks on a guest or a mate (``condor_sched.node_sharing``),
+    those present and of the type it writes; anything else reads as absent."""
+    out: dict[str, Any] = {}
+    for attr, kind in ((PIN_MATE_ATTR, str), (PIN_GUEST_ATTR, str), (PIN_MATE_INCREASE_ATTR, int),
+                       (PIN_MATE_BASE_ATTR, int)):
+        if attr in ad and (value := _lenient(ad, attr, kind)) is not None:
+            out[attr] = value
+    return out
 
 
 def _record_reads() -> tuple[str, ...]:
@@ -264,7 +283,8 @@ def _record_reads() -> tuple[str, ...]:
             *(a for k in device_kinds() for a in (k.request_memory_attr, k.request_compute_attr)),
             "CoSchedProgram", "RequestCpus", "RequestMemory", "RequestLLCWays", "RequestMemBW", "Cmd", "Owner",
             PIN_SLOT_ATTR, PIN_CYCLE_ATTR, "CoSchedAlpha", "RemoteHost", "AllowedExecuteDuration",
-            "JobCurrentStartDate", "AccountingGroup", "User", PIN_REASON_ATTR)
+            "JobCurrentStartDate", "AccountingGroup", "User", PIN_REASON_ATTR, MALLEABLE_ATTR, PIN_MATE_ATTR,
+            PIN_GUEST_ATTR, PIN_MATE_INCREASE_ATTR, PIN_MATE_BASE_ATTR)
 
 
 _RECORD_TEXTS = 2
@@ -299,7 +319,7 @@ def _job_record(ad: classad2.ClassAd | _PlainAd, schedd: str, reads: tuple[str, 
         cluster, proc = _integer(ad, "ClusterId"), _integer(ad, "ProcId")
     return replace(template, key=JobKey(schedd, cluster, proc),
                    submitted_at_s=_number(ad, "QDate", required=False), job_prio=int(_lenient(ad, "JobPrio", int) or 0),
-                   start_refused=_start_refused(ad, template.status))
+                   start_refused=_start_refused(ad, template.status), hook_refusal=_hook_refusal(ad, template.status))
 
 
 def _raw_values(ad: _PlainAd, attrs: tuple[str, ...]) -> tuple:
@@ -332,6 +352,14 @@ def _lenient(ad: classad2.ClassAd, attr: str, kind: type) -> Any:
     except AdError:
         return None
     return value if isinstance(value, kind) and not (kind is int and isinstance(value, bool)) else None
+
+
+def _hook_refusal(ad: classad2.ClassAd, status: JobStatus) -> str | None:
+    """The execute node's reason when its PREPARE_JOB hook last sent this idle job back to Idle
+    (``VacateReasonCode`` 1007), whether or not the job is pinned now."""
+    if status is not JobStatus.IDLE or _lenient(ad, "VacateReasonCode", int) != HOOK_REFUSED_VACATE_CODE:
+        return None
+    return (_lenient(ad, "VacateReason", str) or "the execute node refused the start")[:300]
 
 
 def _start_refused(ad: classad2.ClassAd, status: JobStatus) -> str | None:
@@ -460,11 +488,24 @@ def slot_from_ad(ad: classad2.ClassAd) -> Slot | None:
 
     total, free = amounts("TotalSlot"), amounts("")
     cache_id = _number(ad, "LLCCacheId", required=False, default=None) if "LLCCacheId" in ad else None
-    return Slot(name=name, machine=machine, kind=SlotKind.DEVICE if kind else SlotKind.SOCKET, total=total,
+    slot_kind = SlotKind.DEVICE if kind else SlotKind.SOCKET
+    if kind is None and _lenient(ad, "CoSchedGuestSlot", bool):
+        slot_kind = SlotKind.GUEST
+    elif kind is None and _lenient(ad, "CoSchedNodeSlot", bool):
+        slot_kind = SlotKind.NODE
+    return Slot(name=name, machine=machine, kind=slot_kind, total=total,
                 free=free, device_name=_device_name(ad, kind), cache_id=cache_id,
                 device_kind=kind.name if kind else None,
                 updated_at_s=_number(ad, "LastHeardFrom", required=False) or _number(ad, "MyCurrentTime", required=False),
-                children=_child_names(ad), unavailable=_unavailable(ad))
+                children=_child_names(ad), unavailable=_unavailable(ad) or _no_guests(ad, slot_kind))
+
+
+def _no_guests(ad: classad2.ClassAd, kind: SlotKind) -> str | None:
+    """Why a GUEST slot hosts no guest: its node agent does not say it can move cores between
+    jobs (``CoSchedNodeSharing``, advertised by the node's startd cron)."""
+    if kind is not SlotKind.GUEST or _lenient(ad, "CoSchedNodeSharing", bool) is True:
+        return None
+    return "hosts no guest: its node agent cannot set cgroup-v2 cpusets (CoSchedNodeSharing is not true)"
 
 
 def _device_name(ad: classad2.ClassAd, kind: DeviceKind | None) -> str | None:

@@ -291,7 +291,8 @@ def release(force: bool) -> None:
     """Release every co-scheduled job from condor_sched: the off switch.
 
     For each job with a saved CoSchedPinOriginalRequirements (on every schedd): unpin it,
-    restore the Requirements it was submitted with and clear CoSchedPinReason. Stop the
+    restore the Requirements it was submitted with and clear CoSchedPinReason. Idle malleable
+    jobs lose their guest pins and reasons (running guests and mates run on as they are). Stop the
     sidecar first (a running one enrolls the jobs again); the command refuses while one
     advertises itself, unless --force. Prints the uninstall steps.
 
@@ -307,14 +308,19 @@ def release(force: bool) -> None:
             raise click.ClickException(f"a sidecar still runs ({', '.join(running)}): stop it first "
                                        "(condor_off -daemon COSCHED_SIDECAR), or pass --force")
         jobs = pool.enrolled_jobs()
+        guests = pool.idle_guests()
     except pool.PoolUnreachable as e:
         raise click.ClickException(str(e)) from None
     try:
-        applied = pool.JobEditor().release(jobs)
+        editor = pool.JobEditor()
+        applied = editor.release(jobs)
+        applied_guests = editor.release_guests(guests)
     except pool.PoolUnreachable as e:
         raise click.ClickException(str(e)) from None
-    failed = [f"{key}: {why}" for key, why in sorted(applied.failed.items())]  # one job's failure stops no other
-    click.echo(f"released {len(jobs) - len(failed)} of {len(jobs)} co-scheduled jobs")
+    failed = [f"{key}: {why}" for key, why in sorted({**applied.failed, **applied_guests.failed}.items())]
+    click.echo(f"released {len(jobs) - len(applied.failed)} of {len(jobs)} co-scheduled jobs")
+    if guests:
+        click.echo(f"unpinned {len(guests) - len(applied_guests.failed)} of {len(guests)} idle malleable jobs")
     for line in failed:
         click.echo(f"could not release {line}", err=True)
     click.echo(UNINSTALL_STEPS)

@@ -34,6 +34,7 @@ import numpy as np
 
 from condor_sched.consistency import consistent_state
 from condor_sched.device_kinds import DEFAULT_KIND
+from condor_sched.node_sharing import NodeSharingDecision, decide_node_sharing
 from condor_sched.fairshare import fair_order, fair_window
 from condor_sched.model import (
     Assignment,
@@ -429,17 +430,24 @@ class CycleConfig:
     #: Plan ``BOUNDED_POLICIES`` on the jobs that can matter only (same decision, less work);
     #: False: every policy sees the whole queue (the baseline ``scripts/bench_simulate`` times).
     bounded: bool = True
+    #: Node sharing of malleable jobs (paper 001's ``sd``, live: ``condor_sched.node_sharing``);
+    #: None: COSCHED_NODE_POLICY = none.
+    node_policy: Policy | None = None
 
     @classmethod
     def from_settings(cls, settings: SidecarSettings, profiles: ProfileStore | None = None) -> CycleConfig:
         spread = None if settings.spread_policy == "none" else get_policy(settings.spread_policy)
-        return cls(get_policy(settings.policy), spread, settings.plan, settings.unpin_age_cycles, profiles)
+        node = None if settings.node_policy == "none" else get_policy(settings.node_policy)
+        return cls(get_policy(settings.policy), spread, settings.plan, settings.unpin_age_cycles, profiles,
+                   node_policy=node)
 
     def with_policy(self, name: str) -> CycleConfig:
         """This config with policy ``name`` in the place of its kind (device or spread)."""
         policy = get_policy(name)
         if policy.kind is PolicyKind.SPREAD:
             return replace(self, spread_policy=policy)
+        if policy.kind is PolicyKind.NODE:
+            return replace(self, node_policy=policy)
         return replace(self, device_policy=policy)
 
 
@@ -495,6 +503,8 @@ class CycleDecision:
     #: (``CoSchedPinReason``); kept pins keep theirs.
     reasons: Mapping[JobKey, str] = field(default_factory=dict)
     cache: PlanCache | None = field(default=None, compare=False, repr=False)
+    #: Guests and mates of malleable jobs (``condor_sched.node_sharing``).
+    node_sharing: NodeSharingDecision = field(default_factory=NodeSharingDecision)
 
     @property
     def unplaced(self) -> tuple[Unplaced, ...]:
@@ -525,6 +535,12 @@ class CycleDecision:
             "holds": [{**job(h.job), "reason": h.reason} for h in self.holds],
             "reasons": [{**job(k), "reason": r} for k, r in sorted(self.reasons.items())],
             "stats": {p.policy: dict(p.stats) for p in self.plans},
+            "guests": [{**job(g.job), "slot": g.slot, "mate": g.mate.job_id, "mate_schedd": g.mate.schedd,
+                        "mate_increase_s": g.increase_s, "predicted_end_s": g.predicted_end_s}
+                       for g in self.node_sharing.pins],
+            "guest_unpins": [{**job(k), "reason": r} for k, r in self.node_sharing.unpins],
+            "mates": [{**job(m.job), "writes": dict(m.writes), "why": m.why}
+                      for m in (*self.node_sharing.lengthen, *self.node_sharing.restore)],
         }
 
 
@@ -1078,9 +1094,13 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
             reasons[u.job] = f"{u.reason}; now {reasons[u.job]}"
     if view is not None:
         view.first_seen = first_seen
+    sharing = NodeSharingDecision() if config.node_policy is None else decide_node_sharing(
+        state, cycle, config.node_policy, config.plan, config.unpin_age_cycles)
+    if sharing.reasons:
+        reasons = {**reasons, **sharing.reasons}
     return CycleDecision(cycle, len(jobs), tuple(Assignment(j.key, j.pinned_slot) for j in kept),  # type: ignore[arg-type]
                          tuple(unpins), tuple(enrolls), pins, tuple(plans), state.skipped, first_seen, holds, reasons,
-                         cache)
+                         cache, sharing)
 
 
 def _index_of(view: CoveredJobs, job: Job) -> int:

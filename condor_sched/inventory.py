@@ -43,7 +43,7 @@ DEVICE_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
 MAX_NODES = 10_000
 MAX_SOCKETS = 16
 MAX_DEVICES = 64
-NODE_KEYS = ("name", "cores", "memory_mb", "sockets", "devices")
+NODE_KEYS = ("name", "cores", "memory_mb", "sockets", "devices", "node_sharing")
 SOCKET_KEYS = ("llc_ways", "mem_bw_gbs")
 DEVICE_KEYS = ("name", "memory_mb", "hardware_threads", "host_cores", "host_memory_mb", "kind")
 
@@ -78,11 +78,18 @@ class Node:
     memory_mb: int
     sockets: tuple[Socket, ...]
     devices: tuple[Device, ...] = ()
+    #: Paper 001's live mapping: one NODE slot of the host's cores and its overlapping GUEST
+    #: slot instead of socket slots (README, "SD-Policy: the live mapping").
+    node_sharing: bool = False
+
+    def host_share(self) -> tuple[int, int]:
+        """(cores, memory_mb) the devices' host shares leave."""
+        return (self.cores - sum(d.host_cores for d in self.devices),
+                self.memory_mb - sum(d.host_memory_mb for d in self.devices))
 
     def socket_shares(self) -> list[tuple[int, int]]:
         """(cores, memory_mb) of each socket slot: what the devices leave, split evenly."""
-        cores = self.cores - sum(d.host_cores for d in self.devices)
-        memory = self.memory_mb - sum(d.host_memory_mb for d in self.devices)
+        cores, memory = self.host_share()
         n = len(self.sockets)
         return [(cores // n + (1 if i < cores % n else 0), memory // n) for i in range(n)]
 
@@ -152,11 +159,19 @@ def _parse_node(where: str, raw: Any) -> Node:
         memory_mb=_number(where, raw, "memory_mb", int, 1),
         sockets=sockets,
         devices=tuple(devices),
+        node_sharing=_flag(where, raw, "node_sharing"),
     )
     for i, (cores, memory) in enumerate(node.socket_shares()):
         if cores < 1 or memory < 1:
             raise InventoryError(f"{where}: devices' host_cores/host_memory_mb leave socket {i} no cores or memory")
     return node
+
+
+def _flag(where: str, raw: dict[str, Any], key: str) -> bool:
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        raise InventoryError(f"{where}: '{key}' must be true or false, got {shown(value)}")
+    return value
 
 
 def _socket_mapping(where: str, raw: Any) -> bool:
@@ -202,13 +217,24 @@ def _kind(where: str, raw: dict[str, Any]) -> str:
         raise InventoryError(f"{where}: 'kind': {e}") from None
 
 
+#: Paper 001's SharingFactor (Section 3.2.3): a mate gives a guest at most this share of its
+#: cores. The node config carries it, so what the node agent enforces is root's, not the job's.
+NODE_SHARING_FACTOR = 0.5
+
+
 def node_slots(node: Node, domain: str) -> list[Slot]:
-    """The partitionable slots of an idle node, in slot-id order: sockets, then devices.
+    """The partitionable slots of an idle node, in slot-id order: sockets (or, on a
+    node-sharing node, its NODE slot and the overlapping GUEST slot), then devices.
 
     This is the layout the local pool configures; the simulator uses it directly.
     """
     slots: list[Slot] = []
-    for socket, (cores, memory) in zip(node.sockets, node.socket_shares()):
+    if node.node_sharing:
+        cores, memory = node.host_share()
+        res = Resources(cpus=cores, memory_mb=memory)
+        for kind in (SlotKind.NODE, SlotKind.GUEST):
+            slots.append(Slot(slot_name(len(slots) + 1, node.name, domain), f"{node.name}.{domain}", kind, res, res))
+    for socket, (cores, memory) in zip(() if node.node_sharing else node.sockets, node.socket_shares()):
         res = Resources(cpus=cores, memory_mb=memory, llc_ways=socket.llc_ways, mem_bw_gbs=socket.mem_bw_gbs)
         slots.append(Slot(slot_name(len(slots) + 1, node.name, domain), f"{node.name}.{domain}",
                           SlotKind.SOCKET, res, res, cache_id=socket.cache_id))
@@ -227,7 +253,12 @@ def node_config(node: Node, domain: str) -> dict[str, Any]:
     pool root; slot ids follow :func:`node_slots`.
     """
     slots: list[dict[str, Any]] = []
-    for socket, (cores, memory) in zip(node.sockets, node.socket_shares()):
+    if node.node_sharing:
+        cores, memory = node.host_share()
+        slots.append({"slot_id": 1, "kind": "node", "cores": cores, "memory_mb": memory})
+        slots.append({"slot_id": 2, "kind": "guest", "cores": cores, "memory_mb": memory,
+                      "sharing_factor": NODE_SHARING_FACTOR})
+    for socket, (cores, memory) in zip(() if node.node_sharing else node.sockets, node.socket_shares()):
         slots.append({"slot_id": len(slots) + 1, "kind": "socket", "cache_id": socket.cache_id,
                       "cores": cores, "memory_mb": memory,
                       "llc_ways": socket.llc_ways, "mem_bw_gbs": socket.mem_bw_gbs})

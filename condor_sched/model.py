@@ -33,6 +33,21 @@ PIN_TIME_ATTR = "CoSchedPinTime"
 #: Job attribute telling the user why the job waits, is pinned or was unpinned
 #: (``condor_q -af CoSchedPinReason``).
 PIN_REASON_ATTR = "CoSchedPinReason"
+#: A job's opt-in to node sharing (paper 001): ``+CoSchedMalleable = true`` marks a job that
+#: may be a mate (its cores shrunk for a guest) or a guest (started on a mate's cores). The
+#: user's attribute; the sidecar never writes it.
+MALLEABLE_ATTR = "CoSchedMalleable"
+#: On a guest: the job id (``Cluster.Proc``) of the mate whose cores it runs on. The node agent
+#: reads it from the guest's claim (STARTD_JOB_ATTRS) and shrinks that job's cpuset.
+PIN_MATE_ATTR = "CoSchedPinMate"
+#: On a guest: the seconds its mate's ``AllowedExecuteDuration`` grew by (Eq. 5/6's increase).
+PIN_MATE_INCREASE_ATTR = "CoSchedPinMateIncrease"
+#: On a mate: its ``AllowedExecuteDuration`` before the sidecar lengthened it, and its guest
+#: (``schedd#Cluster.Proc``); a job serves as a mate once.
+PIN_MATE_BASE_ATTR = "CoSchedPinMateBaseDuration"
+PIN_GUEST_ATTR = "CoSchedPinGuest"
+#: The run-time limit the shadow enforces (hold code 47); the sidecar lengthens a mate's.
+EXECUTE_DURATION_ATTR = "AllowedExecuteDuration"
 #: The clause that makes a co-scheduled job match only the slot its pin names.
 PIN_CLAUSE = f"(TARGET.Name =?= MY.{PIN_SLOT_ATTR})"
 
@@ -135,6 +150,10 @@ class Job:
     #: Why the execute node refused to start the job on its current pin (the PREPARE_JOB hook
     #: sent it back to Idle after the pin was written); None when it did not.
     start_refused: str | None = None
+    #: The PREPARE_JOB hook's reason when it last sent this idle job back to Idle, pinned or not.
+    hook_refusal: str | None = None
+    #: ``+CoSchedMalleable = true``: the job takes part in node sharing (paper 001).
+    malleable: bool = False
     attributes: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -158,11 +177,14 @@ class SlotKind(str, enum.Enum):
     SOCKET = "socket"
     #: A whole CPU node of ``total.cpus`` cores, shared by node-sharing policies (paper 001).
     NODE = "node"
+    #: A NODE slot's overlapping twin (paper 001's live mapping): it opens only to a pinned
+    #: guest, which runs on cores its mate gives up. Never planned as capacity.
+    GUEST = "guest"
 
 
 @dataclass(frozen=True, slots=True)
 class Slot:
-    """One partitionable slot: either one coprocessor or one socket of a node.
+    """One partitionable slot: a coprocessor, a socket, a whole node or a node's guest slot.
 
     ``total`` is what the slot was configured with, ``free`` what is left after the
     dynamic slots of running jobs (HTCondor's own accounting).
@@ -274,6 +296,8 @@ class PoolState:
     #: Each job's ``Rank`` of the slots (higher preferred), for jobs whose Rank prefers some.
     ranks: Mapping[JobKey, Mapping[str, float]] = field(default_factory=dict)
     unreachable_schedds: tuple[str, ...] = ()
+    #: When the source observed the pool (Unix seconds; None: a snapshot that does not say).
+    observed_at_s: float | None = None
 
     def idle_jobs(self) -> tuple[Job, ...]:
         return tuple(j for j in self.jobs if j.is_idle)

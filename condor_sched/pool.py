@@ -14,9 +14,15 @@ import htcondor2
 
 from condor_sched.classads import start_references, state_from_ads
 from condor_sched.device_kinds import device_kinds
-from condor_sched.edits import Applied, Edit, apply_changes, release_change
+from condor_sched.edits import Applied, Edit, JobChange, apply_changes, release_change
 from condor_sched.model import (
+    EXECUTE_DURATION_ATTR,
+    MALLEABLE_ATTR,
     PIN_CYCLE_ATTR,
+    PIN_GUEST_ATTR,
+    PIN_MATE_ATTR,
+    PIN_MATE_BASE_ATTR,
+    PIN_MATE_INCREASE_ATTR,
     PIN_LLC_WAYS_ATTR,
     PIN_MEM_BW_ATTR,
     PIN_ORIGINAL_ATTR,
@@ -39,10 +45,10 @@ def job_projection() -> list[str]:
 
 def covered_jobs() -> str:
     """Jobs any condor_sched policy covers: device jobs of every kind (any device memory request
-    but 0), and spread jobs (CoSchedProgram)."""
+    but 0), spread jobs (CoSchedProgram) and malleable jobs (node sharing)."""
     # Any value but 0, so that a malformed request ("abc", -5) is read and held with its reason.
     return " || ".join([*(f"({k.request_memory_attr} =!= undefined && {k.request_memory_attr} =!= 0)"
-                          for k in device_kinds()), "(CoSchedProgram =!= undefined)"])
+                          for k in device_kinds()), "(CoSchedProgram =!= undefined)", f"({MALLEABLE_ATTR} =?= true)"])
 
 
 _JOB_ATTRS = [
@@ -50,7 +56,8 @@ _JOB_ATTRS = [
     "RequestCpus", "RequestMemory", "RequestLLCWays", "RequestMemBW", "CoSchedProgram", "CoSchedAlpha", "RemoteHost", "JobCurrentStartDate", "AllowedExecuteDuration", "MemoryUsage", "ImageSize",
     "User", "AccountingGroup", "JobPrio", "VacateReason", "VacateReasonCode", "LastVacateTime", "EnteredCurrentStatus",
     PIN_SLOT_ATTR, PIN_CYCLE_ATTR, PIN_ORIGINAL_ATTR, PIN_LLC_WAYS_ATTR, PIN_MEM_BW_ATTR, PIN_SCALE_ATTR,
-    PIN_TIME_ATTR, PIN_REASON_ATTR,
+    PIN_TIME_ATTR, PIN_REASON_ATTR, MALLEABLE_ATTR, PIN_MATE_ATTR, PIN_MATE_INCREASE_ATTR, PIN_MATE_BASE_ATTR,
+    PIN_GUEST_ATTR,
 ]
 
 
@@ -142,7 +149,7 @@ def read_ads(job_constraint: str = "true", projection: list[str] | None = None, 
 
 def ads_to_state(ads: LiveAds) -> PoolState:
     """The records of ``ads``; schedds that did not answer are named in ``unreachable_schedds``."""
-    state = state_from_ads(ads.jobs, ads.slots)
+    state = replace(state_from_ads(ads.jobs, ads.slots), observed_at_s=time.time())
     return replace(state, unreachable_schedds=tuple(sorted(ads.unreachable))) if ads.unreachable else state
 
 
@@ -241,6 +248,23 @@ def running_sidecars() -> list[str]:
     return [r.describe(now) for r in live_rivals(generic_ads("CoSchedSidecar"), nobody, now)]
 
 
+def idle_guests() -> list[JobKey]:
+    """Every idle malleable job of every schedd that the sidecar pinned as a guest or told a
+    reason: what ``condor-sched release`` unpins (running guests and mates keep their cores
+    and their longer limits until they end)."""
+    out = []
+    for ad in schedd_ads():
+        name = ad.get("Name", "?")
+        try:
+            ads = htcondor2.Schedd(ad).query(
+                f"{MALLEABLE_ATTR} =?= true && JobStatus == 1 && ({PIN_SLOT_ATTR} =!= undefined || "
+                f"{PIN_REASON_ATTR} =!= undefined || {PIN_MATE_ATTR} =!= undefined)", ["ClusterId", "ProcId"])
+        except Exception as e:
+            raise PoolUnreachable(f"schedd {name!r} did not answer: {e}") from None
+        out += [JobKey(name, a["ClusterId"], a["ProcId"]) for a in ads]
+    return out
+
+
 def enrolled_jobs() -> list[tuple[JobKey, str]]:
     """Every job of every schedd that carries a saved original Requirements (enrolled by the
     transform or the sidecar), with that original: what ``condor-sched release`` restores."""
@@ -256,6 +280,10 @@ def enrolled_jobs() -> list[tuple[JobKey, str]]:
     return out
 
 
+#: Attributes whose edits are forwarded to the job's shadow (``TransactionFlag.SetDirty``).
+FORWARDED_ATTRS = frozenset({EXECUTE_DURATION_ATTR})
+
+
 class JobEditor:
     """Batched edits (``condor_sched.edits``): each :class:`Edit` is one ``Schedd.edit`` call
     with a list of job ids, which the schedd commits as one transaction (all or none)."""
@@ -269,7 +297,11 @@ class JobEditor:
         return self._schedds[name]
 
     def write(self, edit: Edit) -> None:
-        edited = self._schedd(edit.schedd).edit([j.job_id for j in edit.jobs], edit.attr, edit.value)
+        # A running job's shadow sees an edit only when it is flagged SetDirty (condor_qedit
+        # -forward): a mate's longer AllowedExecuteDuration must reach the shadow that enforces it.
+        flags = (htcondor2.TransactionFlag.SetDirty if edit.attr in FORWARDED_ATTRS
+                 else htcondor2.TransactionFlag.Default)
+        edited = self._schedd(edit.schedd).edit([j.job_id for j in edit.jobs], edit.attr, edit.value, flags)
         if edited != len(edit.jobs):
             raise LookupError(f"{edit.attr} set on {edited} of {len(edit.jobs)} jobs")
 
@@ -282,3 +314,10 @@ class JobEditor:
     def release(self, jobs: Iterable[tuple[JobKey, str | None]]) -> Applied:
         """Undo enrolment of ``jobs`` (key, saved original Requirements), batched."""
         return apply_changes([release_change(job, original) for job, original in jobs], self.write)
+
+    def release_guests(self, jobs: Iterable[JobKey]) -> Applied:
+        """Unpin idle guests ``jobs`` and drop their reasons, batched."""
+        from condor_sched.node_sharing import guest_unpin_writes
+
+        return apply_changes([JobChange(job, (*guest_unpin_writes(), (PIN_REASON_ATTR, "undefined"))) for job in jobs],
+                             self.write)

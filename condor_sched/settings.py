@@ -11,6 +11,10 @@ from condor_sched.edits import CHUNK_JOBS, MAX_CHUNK_JOBS
 from condor_sched.policies.base import PlanSettings, PolicyKind, policy_names
 
 
+#: The node-sharing policy a live pool runs (paper 001's SD-Policy, ``condor_sched.node_sharing``).
+LIVE_NODE_POLICY = "sd"
+
+
 class SettingsError(ValueError):
     """A COSCHED_* knob with a value that cannot be used; names the knob."""
 
@@ -19,6 +23,7 @@ class SettingsError(ValueError):
 class SidecarSettings:
     policy: str = "lp-pack"  # fast at any queue size (issue 11); policies/packed.py says why
     spread_policy: str = "sns"
+    node_policy: str = "sd"  # malleable jobs only (+CoSchedMalleable); "none" leaves them to HTCondor
     profile_dir: str = ""
     profile_runs_dir: str = ""
     unpin_age_cycles: int = 3
@@ -32,6 +37,7 @@ class SidecarSettings:
 _KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
     "COSCHED_POLICY": ("policy", str),
     "COSCHED_SPREAD_POLICY": ("spread_policy", str),
+    "COSCHED_NODE_POLICY": ("node_policy", str),
     "COSCHED_PROFILE_DIR": ("profile_dir", str),
     "COSCHED_PROFILE_RUNS_DIR": ("profile_runs_dir", str),
     "COSCHED_UNPIN_AGE_CYCLES": ("unpin_age_cycles", int),
@@ -88,6 +94,9 @@ def settings_from_knobs(knobs: Mapping[str, str]) -> SidecarSettings:
     if settings.spread_policy != "none" and settings.spread_policy not in spread:
         raise SettingsError(f"COSCHED_SPREAD_POLICY = {settings.spread_policy!r} is not a spread policy; "
                             f"known: none, {', '.join(spread)}")
+    if settings.node_policy not in ("none", LIVE_NODE_POLICY):
+        raise SettingsError(f"COSCHED_NODE_POLICY = {settings.node_policy!r}: use {LIVE_NODE_POLICY} or none "
+                            "(backfill is a simulator baseline: HTCondor holds no reservations)")
     if settings.cycle_source not in ("negotiator", "interval"):
         raise SettingsError(f"COSCHED_CYCLE_SOURCE = {settings.cycle_source!r}: use negotiator or interval")
     if settings.plan.thread_overcommit != 1.0:

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
+
+import classad2
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Protocol
 
 from condor_sched.cycle import CycleConfig, CycleDecision, CycleMemory, Pin, covered, decide_cycle
+from condor_sched.node_sharing import GuestPin, guest_unpin_writes
 from condor_sched.edits import (
     CHUNK_JOBS,
     Edit,
@@ -26,10 +29,15 @@ from condor_sched.edits import (
     unpin_change,
 )
 from condor_sched.model import (
+    PIN_CYCLE_ATTR,
     PIN_EXCLUSIVE_ATTR,
     PIN_LLC_WAYS_ATTR,
+    PIN_MATE_ATTR,
+    PIN_MATE_INCREASE_ATTR,
     PIN_MEM_BW_ATTR,
     PIN_SCALE_ATTR,
+    PIN_SLOT_ATTR,
+    PIN_TIME_ATTR,
     JobKey,
     PoolState,
 )
@@ -81,6 +89,14 @@ def reasons_to_write(decision: CycleDecision, current: Mapping[JobKey, str | Non
     return out
 
 
+def guest_pin_change(pin: GuestPin, cycle: int, now: int) -> JobChange:
+    """A guest's pin: cycle, time, mate and increase first, the slot last (that write pins)."""
+    return JobChange(pin.job, ((PIN_CYCLE_ATTR, str(cycle)), (PIN_TIME_ATTR, str(int(now))),
+                               (PIN_MATE_ATTR, classad2.quote(pin.mate.job_id)),
+                               (PIN_MATE_INCREASE_ATTR, str(pin.increase_s)),
+                               (PIN_SLOT_ATTR, classad2.quote(pin.slot))))
+
+
 def apply_cycle(decision: CycleDecision, editor: Editor,
                 current_reasons: Mapping[JobKey, str | None] | None = None,
                 should_stop: Callable[[], bool] | None = None, *, now: float | None = None,
@@ -118,6 +134,10 @@ def apply_cycle(decision: CycleDecision, editor: Editor,
             failed_jobs.add(h.job)
             outcome.failed.append(f"hold {h.job}: {e}")
             log.warning("could not hold job %s: %s", h.job, e)
+    sharing = decision.node_sharing
+    for job in run("unpin guest", [JobChange(k, guest_unpin_writes()) for k, _ in sharing.unpins]):
+        outcome.unpinned += 1
+        log.info("unpinned guest %s: %s", job, dict(sharing.unpins)[job])
     enrolled = set(run("enroll", [enroll_change(e.job, e.requirements) for e in decision.enrolls]))
     outcome.enrolled = len(enrolled)
     not_enrolled = {e.job for e in decision.enrolls} - enrolled  # failed or left: never pinned
@@ -127,6 +147,23 @@ def apply_cycle(decision: CycleDecision, editor: Editor,
     for job in pinned:
         outcome.pinned += 1
         log.info("pinned %s to %s", job, slots[job])
+    # A mate is lengthened before its guest is pinned: a guest never runs beside a mate whose
+    # limit did not grow. A mate is restored only after its guest's pin is gone.
+    lengthened = set(run("lengthen mate", [JobChange(m.job, m.writes) for m in sharing.lengthen]))
+    for m in sharing.lengthen:
+        if m.job in lengthened:
+            log.info("mate %s %s", m.job, m.why)
+    guests = [g for g in sharing.pins if g.mate in lengthened]
+    for g in sharing.pins:
+        if g.mate not in lengthened:
+            failed_jobs.add(g.job)
+    guest_pinned = run("pin guest", [guest_pin_change(g, decision.cycle, int(now)) for g in guests])
+    for job in guest_pinned:
+        outcome.pinned += 1
+        log.info("pinned guest %s to %s", job, next(g.slot for g in guests if g.job == job))
+    failed_jobs |= {g.job for g in guests} - set(guest_pinned)
+    for job in run("restore mate", [JobChange(m.job, m.writes) for m in sharing.restore]):
+        log.info("mate %s restored: %s", job, next(m.why for m in sharing.restore if m.job == job))
     not_pinned = set(slots) - set(pinned) | failed_jobs  # failed or left on a stop: no pin to tell of
     tells = [reason_change(job, reason) for (_, reason), jobs in reasons_to_write(decision, current_reasons or {}).items()
              for job in jobs if job not in not_pinned]

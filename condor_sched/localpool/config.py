@@ -112,8 +112,9 @@ DEFAULT_MAX_SLOT_TYPES = 10
 
 
 def slot_types(nodes: list[Node]) -> int:
-    """Slot types the busiest node needs: one partitionable slot per socket and per device."""
-    return max(len(nd.sockets) + len(nd.devices) for nd in nodes)
+    """Slot types the busiest node needs: one partitionable slot per socket (a node-sharing
+    node: its node and guest slots) and per device."""
+    return max((2 if nd.node_sharing else len(nd.sockets)) + len(nd.devices) for nd in nodes)
 
 
 def render_pool_config(nodes: list[Node], hooks: HookFiles, domain: str = DOMAIN,

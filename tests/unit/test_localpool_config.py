@@ -9,6 +9,7 @@ import pytest
 from cosched_node import discover
 
 from condor_sched import localpool
+from condor_sched.model import SlotKind
 from condor_sched.inventory import default_inventory_path, load_inventory, node_config, node_slots
 from condor_sched.localpool import chroot, config
 
@@ -64,20 +65,26 @@ def test_discovered_slot_types_match_the_inventory_layout(node):
     assert len(types) == len(slots)
     for i, (t, slot) in enumerate(zip(types, slots), 1):
         assert int(t["cpus"]) == slot.total.cpus and int(t["memory"]) == slot.total.memory_mb
-        assert int(t["PhiMemory"]) == slot.total.device_memory_mb
-        assert int(t["PhiThreads"]) == slot.total.device_threads
+        assert int(t.get("PhiMemory", 0)) == slot.total.device_memory_mb  # a node without devices names no kind
+        assert int(t.get("PhiThreads", 0)) == slot.total.device_threads
         assert int(t["LLCWays"]) == slot.total.llc_ways
         assert int(t["MemBW"]) == int(slot.total.mem_bw_gbs)
         assert lines[f"NODE7.SLOT_TYPE_{i}_PARTITIONABLE"] == "True"
         assert lines[f"NODE7.NUM_SLOTS_TYPE_{i}"] == "1"
         if slot.device_name:
             assert lines[f"NODE7.SLOT{i}_PhiDeviceName"] == f'"{slot.device_name}"'
+        elif slot.kind is SlotKind.NODE:
+            assert lines[f"NODE7.SLOT{i}_CoSchedNodeSlot"] == "True"
+        elif slot.kind is SlotKind.GUEST:
+            assert lines[f"NODE7.SLOT{i}_CoSchedGuestSlot"] == "True"
         else:
             assert lines[f"NODE7.SLOT{i}_LLCCacheId"] == str(slot.cache_id)
-    assert int(lines["NODE7.NUM_CPUS"]) == node.cores
-    assert int(lines["NODE7.MEMORY"]) == node.memory_mb
+    # a guest slot overlaps its node slot: the machine counts its cores and memory twice
+    guest = [s.total for s in slots if s.kind is SlotKind.GUEST]
+    assert int(lines["NODE7.NUM_CPUS"]) == node.cores + sum(g.cpus for g in guest)
+    assert int(lines["NODE7.MEMORY"]) == node.memory_mb + sum(g.memory_mb for g in guest)
     for resource in ("PhiMemory", "PhiThreads", "LLCWays", "MemBW"):
-        assert int(lines[f"NODE7.MACHINE_RESOURCE_{resource}"]) == sum(int(t[resource]) for t in types)
+        assert int(lines.get(f"NODE7.MACHINE_RESOURCE_{resource}", 0)) == sum(int(t.get(resource, 0)) for t in types)
 
 
 def test_memory_bandwidth_is_rounded_down_to_whole_gbs():
@@ -174,7 +181,7 @@ def test_pool_config_lists_one_startd_and_one_agent_per_node():
     text = config.render_pool_config(list(INVENTORY.nodes), config.HookFiles())
     daemon_list = re.search(r"^DAEMON_LIST = (.*)$", text, re.M).group(1).split(", ")
     assert daemon_list[:5] == ["MASTER", "COLLECTOR", "NEGOTIATOR", "SCHEDD", "SHARED_PORT"]
-    assert daemon_list[5:] == [x for i in range(1, 5) for x in (f"NODE{i}", f"COSCHED_AGENT{i}")]
+    assert daemon_list[5:] == [x for i in range(1, 1 + len(INVENTORY.nodes)) for x in (f"NODE{i}", f"COSCHED_AGENT{i}")]
     for knob in ("NEGOTIATOR_INTERVAL = 2", "NEGOTIATOR_MIN_INTERVAL = 1", "NEGOTIATOR_CYCLE_DELAY = 1",
                  "NEGOTIATOR_UPDATE_AFTER_CYCLE = True", "SCHEDD_INTERVAL = 5", "UPDATE_INTERVAL = 5",
                  "STARTER_UPDATE_INTERVAL = 5", "CONDOR_HOST = 127.0.0.1", "MACHINE_RESOURCE_PhiMemory = 0"):

@@ -90,3 +90,40 @@ def test_a_job_the_hook_refused_waits_for_a_newer_pin(make, slot_name):
 
 def test_other_jobs_are_not_affected_by_a_past_refusal():
     assert starts(slot(SOCKET_SLOT), classad2.ClassAd({"RequestCpus": 1, **REFUSED}))
+
+
+NODE_SLOT = "slot1@node5@node5.cosched.test"
+GUEST_SLOT = "slot2@node5@node5.cosched.test"
+
+
+def malleable(**attrs) -> classad2.ClassAd:
+    return classad2.ClassAd({"RequestCpus": 8, "CoSchedMalleable": True, "AllowedExecuteDuration": 600,
+                             "CoSchedPinSlot": GUEST_SLOT, **attrs})
+
+
+def test_a_guest_slot_takes_only_a_malleable_cpu_job_pinned_to_it():
+    guest = slot(GUEST_SLOT, CoSchedGuestSlot=True, Cpus=8)
+    assert starts(guest, malleable())
+    assert not starts(guest, malleable(CoSchedPinSlot=None))                       # not pinned
+    assert not starts(guest, malleable(CoSchedPinSlot="slot2@node4@node4.cosched.test"))
+    assert not starts(guest, malleable(CoSchedMalleable=None))                     # not malleable
+    assert not starts(guest, malleable(AllowedExecuteDuration=None))               # no limit to lengthen
+    assert not starts(guest, malleable(CoSchedProgram="MG"))                       # a spread job
+    assert not starts(guest, classad2.ClassAd({"RequestCpus": 1}))                 # an ordinary job
+    refused = vacated(303, message="condor_sched: node5 cannot set cpusets")
+    assert not starts(guest, malleable(**refused, CoSchedPinTime=1000))
+    assert starts(guest, malleable(**refused, CoSchedPinTime=1001))
+    # the dynamic slot the startd carves for the claim keeps the pin check
+    assert starts(slot("slot2_1@node5@node5.cosched.test", CoSchedGuestSlot=True, PartitionableSlot=False), malleable())
+
+
+def test_a_node_slot_takes_cpu_jobs_but_not_the_cores_a_guest_holds_after_its_mate_ended():
+    node = slot(NODE_SLOT, CoSchedNodeSlot=True, Cpus=8)
+    assert starts(node, classad2.ClassAd({"RequestCpus": 8}))
+    assert starts(node, malleable(CoSchedPinSlot=None))
+    assert not starts(node, device_job()) and not starts(node, spread_job())
+    lent = slot(NODE_SLOT, CoSchedNodeSlot=True, Cpus=8, CoSchedLentCpus=4)
+    assert starts(lent, classad2.ClassAd({"RequestCpus": 4}))
+    assert not starts(lent, classad2.ClassAd({"RequestCpus": 5}))
+    assert starts(slot("slot1_1@node5@node5.cosched.test", CoSchedNodeSlot=True, PartitionableSlot=False, Cpus=8,
+                       CoSchedLentCpus=4), classad2.ClassAd({"RequestCpus": 8}))
