@@ -17,7 +17,7 @@ from condor_sched.classads import SnapshotError
 from condor_sched.gc_pause import gc_paused
 from condor_sched.policies.base import PolicyError, PolicyKind, get_policy, policy_names
 from condor_sched.resources import default_snapshot_dir
-from condor_sched.settings import SettingsError
+from condor_sched.settings import LIVE_NODE_POLICY, SettingsError
 
 DEFAULT_SNAPSHOT = default_snapshot_dir()
 
@@ -119,8 +119,8 @@ def plan(queue: Path, machines: Path, policy: str, spread_policy: str, granulari
                             solver_time_limit_s=time_limit, seed=seed, thread_overcommit=thread_overcommit,
                             deterministic=deterministic)
     spread = None if spread_policy == "none" else get_policy(spread_policy)
-    config = CycleConfig(get_policy("knapsack"), spread, settings, unpin_age_cycles,
-                         _profiles(profiles_dir)).with_policy(policy)
+    config = CycleConfig(get_policy("knapsack"), spread, settings, unpin_age_cycles, _profiles(profiles_dir),
+                         node_policy=get_policy(LIVE_NODE_POLICY)).with_policy(policy)
     with gc_paused():
         decision = decide_cycle(state, CycleMemory.fresh(state), config)
         if as_json:
@@ -164,7 +164,8 @@ def explain(job_id: str, queue: Path, machines: Path, live: bool, policy: str | 
         config = CycleConfig.from_settings(settings, _profiles(settings.profile_dir))
     else:
         state = _load_snapshot(queue, machines)
-        config = CycleConfig(get_policy("knapsack"), get_policy("sns"), profiles=_profiles(None))
+        config = CycleConfig(get_policy("knapsack"), get_policy("sns"), profiles=_profiles(None),
+                             node_policy=get_policy(LIVE_NODE_POLICY))
     if policy:
         config = config.with_policy(policy)
     try:
@@ -254,6 +255,7 @@ def run(once: bool, dry_run: bool, policy: str | None) -> None:
             run_cycle=lambda: sidecar.run_cycle().numbers(), interval_s=settings.interval_s,
             cycle_end=pool.last_negotiation_cycle_end if settings.cycle_source == "negotiator" else None,
             describe={"Policy": config.device_policy.name, "SpreadPolicy": spread,
+                      "NodePolicy": config.node_policy.name if config.node_policy else "none",
                       "CycleSource": settings.cycle_source, "DryRun": dry_run})
 
     try:

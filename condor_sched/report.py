@@ -68,6 +68,15 @@ def decision_text(state: PoolState, decision: CycleDecision) -> str:
             used[a.slot] = used.get(a.slot, Resources()) + req
             lines.append(f"{str(a.job):<28} {a.slot:<38} {req.device_memory_mb:>10} {req.device_threads:>7}")
         lines += [f"{str(u.job):<28} unplaced: {u.reason}" for u in plan.unplaced]
+    sharing = decision.node_sharing
+    if sharing.pins or sharing.unpins or sharing.kept or sharing.restore or sharing.plans:
+        lines += ["", f"node sharing: {len(sharing.pins)} guests, {len(sharing.kept)} kept, "
+                      f"{len(sharing.unpins)} to unpin, {len(sharing.restore)} mates restored"]
+        lines += [f"{str(g.job):<28} guest on {g.slot} of mate {g.mate.job_id} (its limit +{g.increase_s} s)"
+                  for g in sharing.pins]
+        lines += [f"{str(k):<28} unpin guest: {why}" for k, why in sharing.unpins]
+        lines += [f"{str(m.job):<28} mate restored: {m.why}" for m in sharing.restore]
+        lines += [f"{str(u.job):<28} {u.reason}" for p in sharing.plans for u in p.unplaced]
     lines += ["", *_device_rows(state, used)]
     lines += [f"skipped {s}" for s in state.skipped]
     return "\n".join(lines)
