@@ -239,7 +239,10 @@ class Agent:
         now = time.time()
         table = procs.process_table(self.proc_root)
         self.reconcile(self.claims(), table, now)
-        self.manage_cpusets(table)
+        try:
+            self.manage_cpusets(table)
+        except Exception as exc:   # the memory watch below runs whatever happens here
+            self.log(f"cpusets not managed this interval: {exc.__class__.__name__}: {exc}")
         used = self.watch_memory()
         try:
             self.watch_spread(table, now)
@@ -389,8 +392,9 @@ class Agent:
         node_cpus, problem = self.cpuset_state()
         try:
             if self.shared_kind(record) == "node":
-                if node_cpus is None:   # no cpusets on this node: an ordinary start, no CPUs of its own
-                    self.log(f"job {claim.job} started in {claim.slot} without a cpuset ({problem})")
+                if node_cpus is None or claim.cpus < 1:   # an ordinary start, no CPUs of its own
+                    self.log(f"job {claim.job} started in {claim.slot} without a cpuset "
+                             f"({problem or 'the claim has no Cpus'})")
                     return
                 record.cpus = self.node_start(record, node_cpus)
                 self.log(f"job {claim.job} started in {claim.slot} on {self.config.node}: "
@@ -433,6 +437,8 @@ class Agent:
             raise Refused(EXIT_OVERSUBSCRIBED, f"mate {claim.mate} is not a running node-slot claim of "
                                                f"{self.config.node}")
         mate = mates[0]
+        if not mate.claim.malleable:
+            raise Refused(EXIT_OVERSUBSCRIBED, f"mate {claim.mate} did not opt in (CoSchedMalleable)")
         hosted = [r.claim.job for r in self.holders() if r is not record and r.mate_key == mate.key]
         if hosted:
             raise Refused(EXIT_OVERSUBSCRIBED, f"mate {claim.mate} already hosts guest {hosted[0]}")
@@ -499,11 +505,14 @@ class Agent:
             return
         holders = self.holders()
         plan = cpusets.desired(self._holder(r) for r in holders)
-        by_key = {r.key: r for r in holders}
+        # every live claim of the node and guest slots: those holding no CPUs of the plan (a
+        # claim that started while cpusets were unusable) count with what their cgroup holds
+        claims = [r for r in self.records.values() if not r.refused and self.shared_kind(r) is not None]
+        by_key = {r.key: r for r in claims}
         current: Dict[str, FrozenSet[int]] = {}
         wanted: Dict[str, FrozenSet[int]] = {}
         owner: Dict[str, str] = {}
-        for record in holders:
+        for record in sorted(claims, key=lambda r: r.key not in plan):
             members = procs.job_processes(record.starter_pid, record.starter_start, table)
             cgroup, problem = self.cgroups.cgroup_of([p.pid for p in members], record.starter_pid)
             if cgroup is not None and cgroup in owner:
@@ -524,7 +533,7 @@ class Agent:
                 continue
             owner[cgroup] = record.key
             record.cgroup = cgroup
-            if writable:
+            if writable and record.key in plan:
                 wanted[record.key] = plan[record.key]
         writes, deferred = cpusets.ordered_writes(current, wanted)
         for key, cpus in writes:

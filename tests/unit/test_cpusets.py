@@ -20,14 +20,18 @@ import json
 import os
 import random
 import shutil
+import signal
+import threading
 from pathlib import Path
 
 import pytest
-from cosched_node import ads, agent, config, cpusets, environment, errors, prepare_job, procs, state
+from cosched_node import ads, agent, channel, config, cpusets, environment, errors, prepare_job, procs, state
 from cosched_node import startd_cron as cron
-from test_node_harness import FakeView, slot_ad, write_config
+from test_node_harness import (HOOKS, IS_ROOT, SYSTEM_PYTHON, FakeView, Starters, go, make_agent, slot_ad, wait_for,
+                               write_config)
 
 JOB_UID = 2001
+HOOK_ARGV = [SYSTEM_PYTHON, "-Es", str(HOOKS / "cosched_prepare_job.py")]
 STARTER_CGROUP = "/system.slice/condor.service"
 
 
@@ -115,7 +119,7 @@ class Sim:
     # -- the startd and the starters
 
     def start(self, kind: str, cpus: int, memory_mb: int = 1024, mate: str | None = None,
-              job_cgroup_mode: int = 0o755) -> dict:
+              job_cgroup_mode: int = 0o755, malleable: bool = True) -> dict:
         """A claim of the node (kind "node") or guest slot: its starter runs the hook, which asks
         the agent; a started job then runs in its own cgroup htcondor/<slot> (made before the
         hook, which runs in it, when ``hook_in_job_cgroup``)."""
@@ -130,7 +134,9 @@ class Sim:
             self.jobs[job] = {"starter": starter, "pid": hook, "slot": slot, "cgroup": cgroup, "kind": kind}
         fake_proc(self.proc, hook, starter, "python3", JOB_UID, 200 + n,
                   cgroup if self.hook_in_job_cgroup else STARTER_CGROUP)
-        attrs = {"Cpus": cpus, "Memory": memory_mb, "CoSchedMalleable": True}
+        attrs = {"Cpus": cpus, "Memory": memory_mb}
+        if malleable:
+            attrs["CoSchedMalleable"] = True
         if mate is not None:
             attrs["CoSchedPinMate"] = mate
         self.view.ads.append(slot_ad(slot, job, starter, **attrs))
@@ -477,6 +483,31 @@ def test_a_mate_hosts_one_guest_and_memory_is_not_oversubscribed(tmp_path: Path)
     assert sim.start("guest", 8, memory_mb=500, mate=other["job"])["status"] == "ok"
 
 
+def test_a_job_that_did_not_opt_in_is_never_a_mate(sim: Sim):
+    plain = sim.start("node", 8, malleable=False)
+    sim.tick()
+    reply = sim.start("guest", 8, mate=plain["job"])
+    assert reply["message"].endswith("refused: mate 1.0 did not opt in (CoSchedMalleable)")
+    sim.tick()
+    assert sim.cpuset_of(plain["job"]) == "0-7"
+
+
+def test_an_agent_that_lost_its_records_never_widens_a_mate_over_its_guest(sim: Sim):
+    mate = sim.start("node", 8)
+    guest = sim.start("guest", 8, mate=mate["job"])
+    sim.tick()
+    assert (sim.cpuset_of(mate["job"]), sim.cpuset_of(guest["job"])) == ("0-3", "4-7")
+    (sim.state / "jobs.json").unlink()
+    sim.agent = sim.new_agent()
+    sim.writes.clear()
+    sim.tick()                                      # the mate is planned 0-7 afresh; the guest holds 4-7
+    assert sim.writes == [] and sim.cpuset_of(mate["job"]) == "0-3"
+    assert "job 1.0 (slot1_1): cpuset 0-7 deferred: it would overlap another claim's" in sim.log()
+    sim.end(guest["job"])
+    sim.tick()
+    assert sim.cpuset_of(mate["job"]) == "0-7"
+
+
 def test_a_mate_of_one_core_has_none_to_share(sim: Sim):
     mate = sim.start("node", 1)
     assert sim.start("guest", 8, mate=mate["job"])["message"].endswith(
@@ -598,7 +629,7 @@ class Hook:
         starter, hook = 1000 + n, 3000 + n
         fake_proc(sim.proc, starter, 1, "condor_starter", 0, 100 + n, STARTER_CGROUP)
         fake_proc(sim.proc, hook, starter, "python3", JOB_UID, 200 + n, STARTER_CGROUP)
-        attrs = {"Cpus": cpus, "Memory": 512}
+        attrs = {"Cpus": cpus, "Memory": 512, "CoSchedMalleable": True}
         if mate:
             attrs["CoSchedPinMate"] = mate
         sim.view.ads.append(slot_ad(slot, job, starter, **attrs))
@@ -721,3 +752,92 @@ def test_procs_table_of_the_fake_proc_sees_jobs(sim: Sim):
     sim.start("node", 2)
     table = procs.process_table(str(sim.proc))
     assert [p.pid for p in procs.job_processes(1001, 101, table)] == [5001]
+
+
+# --------------------------------------------------------------------------------------- over the real socket
+
+class LiveNode:
+    """The agent's serve loop in a thread (real socket, real /proc, fake starters running the
+    real hook program); only the cgroup lines of the jobs' /proc entries come from a fake dir."""
+
+    def __init__(self, root: Path, starters, cgroup_root: Path) -> None:
+        self.root, self.starters, self.cg = root, starters, cgroup_root
+        self.config_path, self.config = write_config(root, node_config())
+        self.state = root / "state"
+        self.cgproc = root / "cgproc"
+        self.cgproc.mkdir()
+        self.view = FakeView(self.config)
+        self.logs: list[str] = []
+        self.agent = make_agent(self.config, self.state, self.view, self.logs, interval_s=0.2,
+                                cgroups=cpusets.CgroupCpusets(str(cgroup_root), proc_root=str(self.cgproc)))
+        self.server = None
+
+    def serve(self) -> None:
+        self.server = channel.listen(str(self.state))
+        self.stopping: list[int] = []
+        self.thread = threading.Thread(target=agent.serve, args=(self.agent, self.server, self.stopping, False),
+                                       daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.stopping.append(signal.SIGTERM)
+            self.thread.join(timeout=10)
+            self.server.close()
+
+    def in_cgroup(self, pid: int, cgroup: str) -> None:
+        (self.cgproc / str(pid)).mkdir()
+        (self.cgproc / str(pid) / "cgroup").write_text(f"0::{cgroup}\n")
+
+    def hook(self, slot: str, cluster: int, **claim: object):
+        n = cluster
+        (self.root / f"job{n}.ad").write_text(f'ClusterId = {n}\nProcId = 0\nRequestCpus = 8\nOwner = "alice"\n')
+        (self.root / f"machine{n}.ad").write_text(f'Name = "{slot}@node1@node1.cosched.test"\n')
+        env = {"COSCHED_NODE_CONFIG": str(self.config_path), "COSCHED_STATE_DIR": str(self.state),
+               "_CONDOR_MACHINE_AD": str(self.root / f"machine{n}.ad"), "PATH": "/usr/bin:/bin"}
+        out, err = self.root / f"out{n}", self.root / f"err{n}"
+        starter = self.starters.hook(HOOK_ARGV, self.root / f"job{n}.ad", out, err, env)
+        self.view.ads.append(slot_ad(slot, f"{n}.0", starter.pid, **claim))
+        return starter, out, err
+
+
+@pytest.fixture
+def live(tmp_path: Path, request):
+    starters = Starters()
+    root = make_cgroup_root(tmp_path / "cgroup") if request.param == "usable" else tmp_path / "missing"
+    node = LiveNode(tmp_path, starters, root)
+    yield node
+    node.stop()
+    starters.close()
+
+
+@pytest.mark.parametrize("live", ["usable"], indirect=True)
+def test_a_guest_started_by_the_real_hook_gets_half_its_mates_cpus(live: LiveNode):
+    if not IS_ROOT:
+        pytest.skip("the mate's job must run as another user than its starter (root only)")
+    mate = live.starters.job()
+    (live.cg / "htcondor" / "slot1_1").mkdir()
+    (live.cg / "htcondor" / "slot1_1" / "cpuset.cpus").write_text("")
+    live.in_cgroup(mate.child, "/htcondor/slot1_1")
+    live.view.ads.append(slot_ad("slot1_1", "1.0", mate.pid, Cpus=8, Memory=1024, CoSchedMalleable=True))
+    live.serve()
+    mate_file = live.cg / "htcondor" / "slot1_1" / "cpuset.cpus"
+    wait_for(lambda: mate_file.read_text().strip() == "0-7", "the mate's cpuset")
+    starter, out, err = live.hook("slot2_2", 2, Cpus=8, Memory=1024, CoSchedMalleable=True, CoSchedPinMate="1.0")
+    assert go(starter) == "0", err.read_text()
+    printed = ads.parse_classad(out.read_text())
+    assert dict(environment.parse_environment_v2(ads.ad_get(printed, "Environment"))) == \
+        {"OMP_NUM_THREADS": "4", "COSCHED_CPUS": "4-7"}
+    assert mate_file.read_text().strip() == "0-3"             # the mate gave the guest its upper half
+
+
+@pytest.mark.parametrize("live", ["missing"], indirect=True)
+def test_the_real_hook_sends_a_guest_back_to_idle_where_cgroups_are_unusable(live: LiveNode):
+    live.serve()
+    starter, out, err = live.hook("slot2_2", 2, Cpus=8, Memory=1024, CoSchedMalleable=True, CoSchedPinMate="1.0")
+    assert go(starter) == str(errors.EXIT_OVERSUBSCRIBED), err.read_text()
+    printed = ads.parse_classad(out.read_text())
+    assert ads.ad_get(printed, "HookStatusCode") == 303
+    assert ads.ad_get(printed, "HookStatusMessage").startswith(
+        "condor_sched: guest start of 2.0 on node1 (slot2_2) refused: cpusets unusable on node1: cgroup root ")
+    assert err.read_text() == ""
