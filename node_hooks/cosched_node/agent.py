@@ -82,7 +82,7 @@ class Agent:
         self.config, self.state_dir, self.view, self.probe, self.log = config, state_dir, view, probe, log
         self.cgroups = cgroups if config.node_slot is not None else None
         self._cpuset_problem: Optional[str] = "not probed yet"
-        self._cpuset_logged: Optional[str] = None
+        self._cpuset_logged: Optional[str] = "not probed yet"   # the first probe is always logged
         self._cgroup_problems: Dict[str, str] = {}
         self.manager, self.profile_dir, self.perf = manager, profile_dir, perf
         self.kill_grace_s, self.interval_s, self.proc_root = kill_grace_s, interval_s, proc_root

@@ -258,6 +258,7 @@ def test_a_guest_takes_half_of_its_mates_cpus_mate_shrunk_first_and_gives_them_b
     assert sim.cpuset_of(mate["job"]) == "0-3" and sim.cpuset_of(guest["job"]) == "4-7"
     assert "cpuset: job 1.0 (slot1_1) /htcondor/slot1_1 cpuset.cpus 0-7 -> 0-3" in sim.log()
     assert "guest 2.0 started in slot2_2 on node1: 4 of mate 1.0's CPUs, 4-7" in sim.log()
+    assert sum(line == f"cpusets usable under {sim.cg}: node slot CPUs 0-7" for line in sim.logs) == 1
     # Listing 3: the guest ends, its cores go back to its mate
     sim.end(guest["job"])
     sim.tick()
