@@ -131,6 +131,7 @@ class SlotConfig:
     llc_ways: int = 0                  # socket slots: LLC ways of that cache (0: unknown)
     mem_bw_gbs: float = 0.0            # socket slots: peak memory bandwidth, GB/s (0: unknown)
     device_kind: DeviceKindConfig = PHI_KIND  # device slots: the device's kind
+    sharing_factor: float = 0.0        # guest slots: the share of its mate's cores a guest takes, in (0, 1)
 
     @property
     def device_cores(self) -> int:
@@ -165,6 +166,16 @@ class NodeConfig:
     @property
     def sockets(self) -> Tuple[SlotConfig, ...]:
         return tuple(s for s in self.slots if s.kind == "socket")
+
+    @property
+    def node_slot(self) -> Optional[SlotConfig]:
+        """The node-sharing node's "node" slot (paper 001's mates run here), or None."""
+        return next((s for s in self.slots if s.kind == "node"), None)
+
+    @property
+    def guest_slot(self) -> Optional[SlotConfig]:
+        """The overlapping "guest" slot of a node-sharing node, or None."""
+        return next((s for s in self.slots if s.kind == "guest"), None)
 
 
 def _cfg_int(obj: Dict[str, Any], key: str, low: int, high: int, where: str) -> int:
@@ -216,6 +227,16 @@ def parse_node_config(obj: Any) -> NodeConfig:
                 raise ConfigError(f"{where}: 'mem_bw_gbs' must be a number in [0, {MAX_BW_GBS:g}]")
             slots.append(SlotConfig(slot_id, kind, cores, memory_mb, cache_id=cache_id,
                                     llc_ways=llc_ways, mem_bw_gbs=float(mem_bw)))
+        elif kind == "node":
+            if cores < 1:
+                raise ConfigError(f"{where}: a node slot needs 'cores' >= 1")
+            slots.append(SlotConfig(slot_id, kind, cores, memory_mb))
+        elif kind == "guest":
+            factor = raw.get("sharing_factor")
+            if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) \
+                    or not 0 < factor < 1:
+                raise ConfigError(f"{where}: 'sharing_factor' must be a number in (0, 1)")
+            slots.append(SlotConfig(slot_id, kind, cores, memory_mb, sharing_factor=float(factor)))
         else:
             raise ConfigError(f"{where}: unknown kind")
     ids = [s.slot_id for s in slots]
@@ -223,8 +244,27 @@ def parse_node_config(obj: Any) -> NodeConfig:
     cache_ids = [s.cache_id for s in slots if s.cache_id is not None]
     if len(set(ids)) != len(ids) or len(set(names)) != len(names) or len(set(cache_ids)) != len(cache_ids):
         raise ConfigError("node config: duplicate slot id, device name or cache id")
-    return NodeConfig(node, domain, _cfg_int(obj, "cores", 0, 100000, "node config"),
-                      _cfg_int(obj, "memory_mb", 0, MAX_INT, "node config"), tuple(slots), state_dir)
+    _check_node_sharing(slots)
+    cores = _cfg_int(obj, "cores", 0, 100000, "node config")
+    if any(s.kind == "node" and s.cores > cores for s in slots):
+        raise ConfigError("node config: the node slot has more cores than the node")
+    return NodeConfig(node, domain, cores, _cfg_int(obj, "memory_mb", 0, MAX_INT, "node config"), tuple(slots),
+                      state_dir)
+
+
+def _check_node_sharing(slots: List[SlotConfig]) -> None:
+    """A node-sharing node (issue 14, paper 001) has one "node" slot and at most one "guest"
+    slot overlapping it with the same cores and memory, and no socket slots."""
+    nodes = [s for s in slots if s.kind == "node"]
+    guests = [s for s in slots if s.kind == "guest"]
+    if len(nodes) > 1 or len(guests) > 1:
+        raise ConfigError("node config: at most one node slot and one guest slot")
+    if guests and not nodes:
+        raise ConfigError("node config: a guest slot needs a node slot")
+    if nodes and any(s.kind == "socket" for s in slots):
+        raise ConfigError("node config: a node-sharing node (node slot) has no socket slots")
+    if guests and (guests[0].cores, guests[0].memory_mb) != (nodes[0].cores, nodes[0].memory_mb):
+        raise ConfigError("node config: the guest slot's cores and memory_mb must equal the node slot's")
 
 
 def load_node_config(path: str) -> NodeConfig:

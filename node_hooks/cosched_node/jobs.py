@@ -1,7 +1,8 @@
 """The agent's record of each running job it knows, one per starter, kept in DIR/jobs.json.
 
 Everything in a record comes from the slot view (the startd's claim) and /proc, plus what
-the agent itself decided (the device compute units it placed the job on) and saw (its
+the agent itself decided (the device compute units it placed the job on, the CPUs of a
+node-slot or guest claim, a guest's mate, the cgroup it found for the claim) and saw (its
 watch of a spread job's co-runners and perf samples). No job can write any of it. Records
 of a starter that ended are dropped (a spread job's run record is written first), so an
 agent restart resumes with the placements of the jobs still running.
@@ -10,6 +11,7 @@ agent restart resumes with the placements of the jobs still running.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -19,6 +21,9 @@ from cosched_node.slots import Claim
 from cosched_node.state import JOBS_NAME, read_json, write_json_atomic
 
 WATCH_KEYS = ("instructions", "cycles", "imc_bytes", "imc_seconds")
+KEY_RE = re.compile(r"^\d{1,7}:\d{1,19}$")
+MAX_CPU = 16383
+MAX_CPUS = MAX_CPU + 1
 
 
 @dataclass
@@ -37,7 +42,10 @@ class Running:
     samples: int = 0
     perf: Dict[str, float] = field(default_factory=dict)
     killed: Optional[str] = None
-    refused: Optional[str] = None          # device jobs: why the agent refused its start
+    refused: Optional[str] = None          # device, node and guest jobs: why the agent refused its start
+    cpus: Optional[Tuple[int, ...]] = None  # node-slot and guest claims: the CPUs the agent gave it
+    mate_key: Optional[str] = None         # guests: the record key of the node-slot claim it shares cores of
+    cgroup: Optional[str] = None           # node-slot and guest claims: its cgroup, once found and checked
 
     @property
     def key(self) -> str:
@@ -54,6 +62,7 @@ class Running:
     def to_json(self) -> Dict[str, Any]:
         out = dataclasses.asdict(self)
         out["units"] = [list(r) for r in self.units] if self.units is not None else None
+        out["cpus"] = list(self.cpus) if self.cpus is not None else None
         return out
 
 
@@ -70,6 +79,20 @@ def _from_json(obj: Any) -> Running:
     for name in ("uid", "shared", "co_runners", "verified", "last_seen", "samples", "perf", "killed", "refused"):
         if name in obj:
             setattr(record, name, obj[name])
+    cpus = obj.get("cpus")
+    if cpus is not None:
+        if not isinstance(cpus, list) or not 1 <= len(cpus) <= MAX_CPUS or len(set(cpus)) != len(cpus):
+            raise ValueError("cpus is not a list of distinct CPUs")
+        record.cpus = tuple(sorted(rules.count("cpu", c, 0, MAX_CPU) for c in cpus))
+    mate_key = obj.get("mate_key")
+    if mate_key is not None and not (isinstance(mate_key, str) and KEY_RE.match(mate_key)):
+        raise ValueError("mate_key is not a starter key")
+    record.mate_key = mate_key
+    cgroup = obj.get("cgroup")
+    if cgroup is not None and not (isinstance(cgroup, str) and cgroup.startswith("/") and len(cgroup) < 4096
+                                   and "/../" not in cgroup + "/"):
+        raise ValueError("cgroup is not a cgroup path")
+    record.cgroup = cgroup
     return record
 
 

@@ -11,8 +11,14 @@ prints an ``Environment`` line (the job's own variables kept) from the device ki
 templates (Xeon Phi: OMP_NUM_THREADS / MIC_OMP_NUM_THREADS and
 ``MIC_KMP_AFFINITY=granularity=fine,explicit,proclist=[...]``), and ``CoSchedDevice*``.
 Spread jobs (``CoSchedProgram``, no device memory) get OMP_NUM_THREADS = RequestCpus; a
-pinned one is announced to the agent, which groups its procs in resctrl. Other jobs: exit 0,
-nothing printed.
+pinned one is announced to the agent, which groups its procs in resctrl. On a node-sharing
+node (issue 14) a job of the node slot gets ``COSCHED_CPUS`` (the CPUs the agent gave it,
+which its cgroup's cpuset holds) and a guest of the guest slot ``OMP_NUM_THREADS=k`` and
+``COSCHED_CPUS`` (the k CPUs it takes of its mate's), both also as ``CoSchedCpus``; the
+agent refuses a guest whose mate is not running here, already hosts a guest, or would
+oversubscribe memory, and a node-slot job that needs CPUs lent to a guest (exit 3). A node-slot
+job whose agent is unreachable starts without a cpuset (it opted into nothing). Other jobs:
+exit 0, nothing printed.
 
 A refused start prints ``HookStatusCode`` and ``HookStatusMessage`` (a short reason; a value
 it quotes is cut to 40 characters, and the message to 240 printable ASCII characters with no
@@ -26,7 +32,8 @@ HoldReasonSubCode = the code).
   1     1               held     unexpected internal error
   2     2               held     node config missing or invalid, or the slot is another node's
   3     303             idle     refused: the device's memory or compute would be oversubscribed
-                                 by the live co-runners plus this job
+                                 by the live co-runners plus this job; a guest or node-slot start
+                                 the node agent cannot give CPUs (see above)
   4     4               held     malformed, hostile or inconsistent job / machine ad
   5     305             idle     the node agent is unreachable or does not know this start
 """
@@ -39,7 +46,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
-from cosched_node import channel, rules
+from cosched_node import channel, cpusets, rules
 from cosched_node.ads import MAX_AD_BYTES, Expr, ad_get, ad_int, ad_str, format_line, hook_message, parse_classad
 from cosched_node.config import NodeConfig, SlotConfig, load_node_config, state_dir_for
 from cosched_node.environment import merge_environment
@@ -59,9 +66,10 @@ HOOK_STATUS = {EXIT_INTERNAL: EXIT_INTERNAL, EXIT_BAD_CONFIG: EXIT_BAD_CONFIG, E
 class Refusal(Exception):
     """The node agent refused the start; ``code`` is the exit code (3 full, 5 retry)."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: int, message: str, tail: str = " (running jobs + this one)") -> None:
         super().__init__(message)
         self.code = code
+        self.tail = tail   # appended to a code-3 refusal's message
 
 
 def resolve_slot(machine_ad: Dict[str, object], config: NodeConfig) -> Tuple[str, Optional[SlotConfig]]:
@@ -220,6 +228,39 @@ def device_lines(job_ad: Dict[str, object], device: SlotConfig, reply: Dict[str,
             format_line("CoSchedDeviceUnits", format_ranges(units))]
 
 
+def shared_lines(job_ad: Dict[str, object], slot: SlotConfig, state_dir: str, ask) -> List[str]:
+    """What the hook prints for a job of a node-sharing node's node or guest slot: the CPUs
+    the agent gave it (and a guest's thread count), or nothing when the node has no cpusets."""
+    merge_environment(job_ad, [])   # a malformed Environment is refused before the agent places it
+    try:
+        reply = ask_agent(state_dir, ask)
+    except StateError:
+        if slot.kind == "node":     # an ordinary job: it starts, without a cpuset
+            return []
+        raise
+    except Refusal as exc:
+        raise Refusal(exc.code, str(exc), "") from None
+    if reply.get("kind") != slot.kind:
+        raise Refusal(EXIT_NO_STATE, f"the node agent does not know this start as one in the {slot.kind} slot")
+    text = reply.get("cpus")
+    if text is None:
+        if slot.kind == "guest":
+            raise Refusal(EXIT_NO_STATE, "the node agent gave this guest no CPUs")
+        return []
+    try:
+        cpus = cpusets.parse_cpu_list(text)
+    except cpusets.CpusetError:
+        raise Refusal(EXIT_NO_STATE, "the node agent's CPU list is malformed") from None
+    if not cpus:
+        raise Refusal(EXIT_NO_STATE, "the node agent's CPU list is empty")
+    listed = cpusets.format_cpu_list(cpus)
+    updates = [("COSCHED_CPUS", listed)]
+    if slot.kind == "guest":
+        threads = rules.count("threads", reply.get("threads"), 1, len(cpus))
+        updates = [("OMP_NUM_THREADS", str(threads))] + updates
+    return [format_line("Environment", merge_environment(job_ad, updates)), format_line("CoSchedCpus", listed)]
+
+
 def refuse(stdout: TextIO, exit_code: int, message: str) -> int:
     """Print the refusal HTCondor shows the user and return the exit code (non-zero: fails
     closed should the status lines be lost)."""
@@ -250,6 +291,9 @@ def prepare(env: Dict[str, str], stdin, ask) -> Tuple[List[str], str]:
     except OSError as exc:
         raise AdError(f"cannot read machine ad: {exc.strerror}") from None
     short_slot, device = resolve_slot(machine_ad, config)
+    slot = config.slot(int(rules.SLOT_NAME_RE.match(short_slot + "@").group(2)))  # resolve_slot matched it
+    if device is None and slot is not None and slot.kind in ("node", "guest"):
+        return shared_lines(job_ad, slot, state_dir, ask), f"{slot.kind} slot {config.node} ({short_slot})"
     if device is None:
         if not is_spread_job(job_ad, config):
             return [], config.node
@@ -278,7 +322,7 @@ def main(argv: Optional[Sequence[str]] = None, stdin: Optional[object] = None,
         return EXIT_OK
     except Refusal as exc:
         if exc.code == EXIT_OVERSUBSCRIBED:
-            return refuse(stdout, exc.code, f"{exc} (running jobs + this one); back to idle for a new plan")
+            return refuse(stdout, exc.code, f"{exc}{exc.tail}; back to idle for a new plan")
         return refuse(stdout, exc.code, f"start refused: {exc}; back to idle for a new plan")
     except ConfigError as exc:
         return refuse(stdout, EXIT_BAD_CONFIG, f"bad node config: {exc}")

@@ -11,6 +11,9 @@ without trusting anything the job wrote.
 A few job attributes reach the slot ad through ``STARTD_JOB_ATTRS`` (config.d/20):
 ``CoSchedProgram``, ``CoSchedPinSlot``, ``CoSchedPinScale`` and ``CoSchedPinNodes``, as the
 schedd handed them over at the claim; they only label run records, never size a limit.
+``CoSchedPinMate`` (a guest's mate, "Cluster.Proc", set by the sidecar and protected) and
+``CoSchedMalleable`` name which node-slot claim a guest shares cores with (issue 14); the
+cores themselves come from the claims' ``Cpus`` and the root-owned node config.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from cosched_node.config import NodeConfig
 from cosched_node.errors import StateError
 
 #: The job attributes config.d/20 copies into slot ads (STARTD_JOB_ATTRS).
-JOB_ATTRS = ("CoSchedProgram", "CoSchedPinSlot", "CoSchedPinScale", "CoSchedPinNodes")
+JOB_ATTRS = ("CoSchedProgram", "CoSchedPinSlot", "CoSchedPinScale", "CoSchedPinNodes", "CoSchedPinMate",
+             "CoSchedMalleable")
 SLOT_ATTRS = ("Name", "SlotType", "State", "JobId", "StarterPid", "ParentSlotId", "RemoteUser",
               "Cpus", "Memory", "LLCWays", "MemBW")
 SINFUL_RE = re.compile(r"^<[\x21-\x3d\x3f-\x7e]{1,1024}>$")
@@ -54,6 +58,8 @@ class Claim:
     pinned: bool              # CoSchedPinSlot was set: the sidecar placed it
     scale: int                # CoSchedPinScale (0 when unset or invalid)
     nodes: int                # CoSchedPinNodes (0 when unset or invalid)
+    mate: Optional[str] = None  # CoSchedPinMate: a guest's mate job id, when a valid Cluster.Proc
+    malleable: bool = False     # CoSchedMalleable is true
 
     @property
     def cluster(self) -> int:
@@ -122,7 +128,13 @@ def _claim(ad: Dict[str, Any], config: NodeConfig) -> Claim:
         program=_optional(ad.get("CoSchedProgram"), rules.program_name),
         pinned=isinstance(ad.get("CoSchedPinSlot"), str),
         scale=_optional(ad.get("CoSchedPinScale"), rules.scale_factor) or 0,
-        nodes=_optional(ad.get("CoSchedPinNodes"), lambda v: rules.count("CoSchedPinNodes", v, 1, 100000)) or 0)
+        nodes=_optional(ad.get("CoSchedPinNodes"), lambda v: rules.count("CoSchedPinNodes", v, 1, 100000)) or 0,
+        mate=_mate(ad.get("CoSchedPinMate")), malleable=ad.get("CoSchedMalleable") is True)
+
+
+def _mate(value: Any) -> Optional[str]:
+    """A valid ``CoSchedPinMate`` ("Cluster.Proc"), else None."""
+    return value if isinstance(value, str) and rules.JOB_ID_RE.match(value) else None
 
 
 def startd_address(path: str) -> str:

@@ -6,6 +6,10 @@ Runs periodically as condor's user.  Prints
   CoSchedPhiUsedMemory_<dev>, CoSchedPhiAllocatedMemory_<dev>, CoSchedPhiAllocatedThreads_<dev>,
   CoSchedPhiBusyCores_<dev>, CoSchedPhiJobs_<dev>  from the agent's DIR/devices/<dev>.json
   CoSchedLastKill          the newest reason in DIR/killed/ (when there is one)
+  CoSchedNodeSharing       (nodes with a node slot) true when the agent is alive and can set
+                           cpusets (DIR/cpusets.json "usable"): the sidecar pins guests only there
+  CoSchedLentCpus          (nodes with a node slot) CPUs guests keep after their mate ended, which
+                           no node-slot start may take (START: RequestCpus <= Cpus - CoSchedLentCpus)
 Exit codes: 0 facts printed; 2 node config invalid (prints only CoSchedNodeConfigOK = false).
 """
 
@@ -109,6 +113,12 @@ def facts(config: NodeConfig, state_dir: str, micinfo_text: Optional[str],
                 lines.append(format_line(f"{attr}_{name}", value))
         if isinstance(jobs, list):
             lines.append(format_line(f"CoSchedPhiJobs_{name}", len(jobs)))
+    if config.node_slot is not None:
+        shared = _read_json(state_dir, "cpusets.json")
+        alive = beat_time is not None and 0 <= now - beat_time <= max_age_s
+        lines.append(format_line("CoSchedNodeSharing", bool(alive and shared and shared.get("usable") is True)))
+        lent = _number(shared, "lent_cpus") if shared else None
+        lines.append(format_line("CoSchedLentCpus", min(lent or 0, config.node_slot.cores)))
     killed_dir = os.path.join(state_dir, "killed")
     newest = None
     try:

@@ -10,6 +10,8 @@ Layout (``/var/lib/condor_sched/<node>``, or ``state_dir`` in the node config)::
     DIR/jobs.json          root 0644  the agent's records of running jobs (placements, watches)
     DIR/devices/<dev>.json root 0644  allocations and measured memory per device (startd cron)
     DIR/killed/<job>.json  root 0644  why the agent stopped a job
+    DIR/cpusets.json       root 0644  node-sharing nodes: whether the agent can set cpusets, the
+                                      CPUs lent to guests whose mates ended, each claim's CPUs
     DIR/agent.heartbeat    root 0644  rewritten every interval (the startd cron checks its age)
     DIR/agent.log          root 0644  the agent's log (every start it placed, every refusal)
 
