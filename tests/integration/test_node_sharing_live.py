@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import classad2
 import htcondor2
@@ -75,11 +76,12 @@ def test_the_node_sharing_layout_and_a_guest_refused_where_cgroups_cannot_be_wri
         assert "no node can host a guest" in ad["CoSchedPinReason"] and "cpusets" in ad["CoSchedPinReason"], ad
 
         # Pinned there anyway (as the sidecar would write it), the node refuses the guest: back to Idle.
-        for attr, value in (("CoSchedPinCycle", "1"), ("CoSchedPinTime", "time()"),
+        for attr, value in (("CoSchedPinCycle", "1"), ("CoSchedPinTime", str(int(time.time()))),
                             ("CoSchedPinMate", f'"{mate}.0"'), ("CoSchedPinMateIncrease", "60"),
                             ("CoSchedPinSlot", f'"{pool.slot(2, NODE)}"')):
             assert pool.admin_edit(f"{guest}.0", attr, value) == 1
-        refused = pool.wait_for(guest, lambda a: a.get("VacateReasonCode") == 1007, ATTRS, timeout_s=90)
+        refused = pool.wait_for(guest, lambda a: a.get("VacateReasonCode") == 1007 and a["JobStatus"] == 1, ATTRS,
+                                timeout_s=90)
         assert refused["JobStatus"] == 1 and "condor_sched: " in refused["VacateReason"], refused
         assert "slot2_" in refused["VacateReason"] and "cpuset" in refused["VacateReason"].lower(), refused
 
