@@ -1,5 +1,7 @@
 """``sd``: paper 001's Slowdown-Driven policy (SD-Policy), EASY backfill that shares nodes
-with running mates (Listing 1, Section 3.2).
+with running mates (Listing 1, Section 3.2); ``slurm-sd``: the same malleable try inside
+SLURM's backfill pass (:func:`~condor_sched.policies.backfill.slurm_backfill_pass`), the
+paper's own setting.
 
 For each queued job in order, the static try comes first (:func:`~condor_sched.policies.
 backfill.easy_backfill`). When it fails, Listing 1 compares
