@@ -8,6 +8,10 @@ if it fits the free nodes and either ends (by its requested time) before the sha
 uses no more nodes than the reservation leaves spare at it, so backfilled jobs never delay
 the reservation. ``sd`` (paper 001's SD-Policy) is this loop with a malleable try after each
 failed static try (:func:`easy_backfill`'s ``malleable``).
+
+``slurm-backfill`` is the baseline paper 001 really ran: SLURM's sched/backfill (main
+scheduler at events, :func:`slurm_main_schedule`; a backfill pass every ``bf_interval``,
+:func:`slurm_backfill_pass`), which reserves for every job it tests, not the head alone.
 """
 from __future__ import annotations
 
@@ -115,7 +119,8 @@ class SlurmBackfillConfig:
     """SLURM's ``sched/backfill`` SchedulerParameters at the defaults of SLURM 17.11
     (slurm.conf(5) of that release; paper 001 names no version and no value, its code being
     of 2018): ``bf_interval`` 30 s between passes, ``bf_window`` 1440 min planned ahead,
-    ``bf_max_job_test`` 100 and ``bf_resolution`` 60 s."""
+    ``bf_max_job_test`` 100 and ``bf_resolution`` 60 s (the same defaults in 17.02 to
+    20.11's backfill.c)."""
 
     interval_s: float = 30.0
     window_s: float = 1440 * 60.0
