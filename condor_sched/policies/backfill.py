@@ -8,11 +8,16 @@ if it fits the free nodes and either ends (by its requested time) before the sha
 uses no more nodes than the reservation leaves spare at it, so backfilled jobs never delay
 the reservation. ``sd`` (paper 001's SD-Policy) is this loop with a malleable try after each
 failed static try (:func:`easy_backfill`'s ``malleable``).
+
+``slurm-backfill`` is the baseline paper 001 really ran: SLURM's sched/backfill (main
+scheduler at events, :func:`slurm_main_schedule`; a backfill pass every ``bf_interval``,
+:func:`slurm_backfill_pass`), which reserves for every job it tests, not the head alone.
 """
 from __future__ import annotations
 
 import bisect
 import math
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -77,9 +82,16 @@ class ReservationMap:
                 free.append(free[-1] + n)
         self.times = np.array(times, dtype=float)
         self.free = np.array(free, dtype=np.int64)
+        self._earliest: dict[tuple[int, float], float] = {}  # memo until the next reserve
 
     def earliest(self, nodes: int, duration_s: float) -> float:
         """The first time ``nodes`` nodes stay free for ``duration_s`` (inf: never)."""
+        found = self._earliest.get((nodes, duration_s))
+        if found is None:
+            found = self._earliest[nodes, duration_s] = self._search(nodes, duration_s)
+        return found
+
+    def _search(self, nodes: int, duration_s: float) -> float:
         short = self.free < nodes
         bad_before = np.concatenate(([0], np.cumsum(short)))
         ends = np.searchsorted(self.times, self.times + duration_s, side="left")
@@ -91,6 +103,7 @@ class ReservationMap:
         """Take ``nodes`` nodes from ``start_s`` for ``duration_s``."""
         if not math.isfinite(start_s):
             return
+        self._earliest.clear()
         for t in (start_s, start_s + duration_s):
             i = int(np.searchsorted(self.times, t, side="left"))
             if i == len(self.times) or self.times[i] != t:
@@ -99,6 +112,118 @@ class ReservationMap:
         lo = int(np.searchsorted(self.times, start_s, side="left"))
         hi = int(np.searchsorted(self.times, start_s + duration_s, side="left"))
         self.free[lo:hi] -= nodes
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmBackfillConfig:
+    """SLURM's ``sched/backfill`` SchedulerParameters at the defaults of SLURM 17.11
+    (slurm.conf(5) of that release; paper 001 names no version and no value, its code being
+    of 2018): ``bf_interval`` 30 s between passes, ``bf_window`` 1440 min planned ahead,
+    ``bf_max_job_test`` 100 and ``bf_resolution`` 60 s (the same defaults in 17.02 to
+    20.11's backfill.c)."""
+
+    interval_s: float = 30.0
+    window_s: float = 1440 * 60.0
+    max_job_test: int = 100
+    resolution_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not (self.interval_s > 0 and self.window_s > 0 and self.resolution_s > 0 and self.max_job_test >= 1):
+            raise PolicyError(f"SLURM backfill parameters must be positive: {self}")
+
+
+#: SLURM 17.11's defaults (the baseline ``slurm-backfill`` and ``slurm-sd`` run).
+SLURM_DEFAULTS = SlurmBackfillConfig()
+
+
+def slurm_main_schedule(cluster: NodeCluster) -> list[Start]:
+    """SLURM's main scheduler, run at every submit and finish (sched_config.html: "jobs are
+    evaluated in a strict priority order and once any job ... in a partition is left pending,
+    no other jobs in that partition will be scheduled"): static starts in queue order up to
+    the first job that does not fit the free nodes. It knows no reservation and makes no
+    malleable try (SD-Policy lives in the backfill plugin, paper 001 Section 3.1)."""
+    free = list(cluster.free_nodes)
+    starts: list[Start] = []
+    for job in cluster.queue:
+        if job.nodes > cluster.total_nodes:
+            continue
+        if job.nodes > len(free):
+            break
+        nodes = tuple(free[-job.nodes:])
+        del free[-job.nodes:]
+        starts.append(Start(job.key, nodes, cluster.now_s + job.requested_s))
+    return starts
+
+
+def slurm_backfill_pass(cluster: NodeCluster, config: SlurmBackfillConfig = SLURM_DEFAULTS,
+                        malleable: MalleableTry | None = None) -> list[Start]:
+    """One pass of SLURM's backfill plugin (``_attempt_backfill`` of sched/backfill/backfill.c,
+    17.11), read and rewritten here with node counts instead of node bitmaps.
+
+    The map starts from the running jobs' predicted ends (start + time limit). Every queued
+    job, in priority order, gets its earliest start in the map, where it holds its nodes for
+    its whole requested time. A job that can start now starts (static backfill). Otherwise
+    ``malleable`` (paper 001's Listing 1) is tried with that wait. Otherwise the job gets a
+    reservation in the map, from its start to start + requested time, both rounded down to
+    ``bf_resolution``, unless its start lies beyond ``bf_window`` from now: such a job gets
+    none, so later jobs may take its nodes. The map holds at most ``bf_max_job_test`` records
+    (1 + the distinct reservation bounds): when it is full the pass stops, and the jobs after
+    that point are not tried at all in this pass.
+    """
+    now = cluster.now_s
+    free = list(cluster.free_nodes)
+    running: dict = {r.key: r for r in cluster.running}
+    starts: list[Start] = []
+    wait_map = ReservationMap(len(free), running, now)
+    window_end_s = now + config.window_s
+    reservations: list[tuple[float, float, int]] = []
+    bounds: set[float] = set()
+    # The map only loses free nodes during a pass, so a job with at least the nodes and the
+    # request of one whose start lay beyond the window starts beyond it too (``beyond_window``
+    # keeps the Pareto-least such (nodes, request)): it is skipped without a search unless
+    # the malleable try may start it (its ``may_start``, when it has one).
+    beyond_window: list[tuple[int, float]] = []
+    may_start: Callable[[WaitingJob], bool] = getattr(malleable, "may_start", lambda job: malleable is not None)
+    for job in cluster.queue:
+        if job.nodes > cluster.total_nodes:
+            continue
+        dominated = any(n <= job.nodes and d <= job.requested_s for n, d in beyond_window)
+        if dominated and not may_start(job):
+            continue
+        at = wait_map.earliest(job.nodes, job.requested_s)
+        if at <= now and len(free) >= job.nodes:
+            nodes = tuple(free[-job.nodes:])
+            del free[-job.nodes:]
+            start = Start(job.key, nodes, now + job.requested_s)
+            starts.append(start)
+            running[job.key] = started_view(start, job, now, cluster.cores_per_node)
+            wait_map.reserve(now, job.requested_s, job.nodes)
+            continue
+        if malleable is not None:
+            start = malleable(job, at - now, running)
+            if start is not None:
+                starts.append(start)
+                for mate in start.mates:
+                    running[mate] = shrunk_view(running[mate], start)
+                running[job.key] = started_view(start, job, now, cluster.cores_per_node)
+                wait_map = ReservationMap(len(free), running, now)
+                for reservation in reservations:
+                    wait_map.reserve(*reservation)
+                continue
+        if at > window_end_s:
+            if not dominated:
+                beyond_window = [(n, d) for n, d in beyond_window if n < job.nodes or d < job.requested_s]
+                beyond_window.append((job.nodes, job.requested_s))
+            continue
+        if 1 + len(bounds) >= config.max_job_test:
+            break
+        begin_s = max(now, math.floor(at / config.resolution_s) * config.resolution_s)
+        end_s = math.floor((at + job.requested_s) / config.resolution_s) * config.resolution_s
+        if end_s > begin_s:
+            reservations.append((begin_s, end_s - begin_s, job.nodes))
+            wait_map.reserve(begin_s, end_s - begin_s, job.nodes)
+            bounds.update((begin_s, end_s))
+    return starts
 
 
 def easy_backfill(cluster: NodeCluster, malleable: MalleableTry | None = None, *,
@@ -200,5 +325,31 @@ class EasyBackfillPolicy:
         return plan_nodes(self.name, request, lambda cluster: self.starts(cluster, settings))
 
 
-__all__ = ["EasyBackfillPolicy", "MalleableTry", "ReleaseProfile", "Role", "RunningNodeJob", "easy_backfill",
-           "plan_nodes"]
+@register("slurm-backfill")
+class SlurmBackfillPolicy:
+    """SLURM's scheduling as paper 001 ran it (``sched/backfill`` at SLURM 17.11's defaults):
+    the main scheduler at every submit and finish (:func:`slurm_main_schedule`), a backfill
+    pass every ``bf_interval`` (:func:`slurm_backfill_pass`). Through ``plan`` (one call, no
+    clock) a call is one backfill pass, which starts whatever the main scheduler would."""
+
+    name = "slurm-backfill"
+    kind = PolicyKind.NODE
+    config = SLURM_DEFAULTS
+    #: The simulator runs ``starts`` at these ticks and ``event_starts`` at every event.
+    backfill_interval_s = SLURM_DEFAULTS.interval_s
+
+    def starts(self, cluster: NodeCluster, settings: PlanSettings) -> list[Start]:
+        """A backfill pass."""
+        return slurm_backfill_pass(cluster, self.config)
+
+    def event_starts(self, cluster: NodeCluster, settings: PlanSettings) -> list[Start]:
+        """The main scheduler (at a submit or finish)."""
+        return slurm_main_schedule(cluster)
+
+    def plan(self, request: PlanRequest, settings: PlanSettings) -> Plan:
+        return plan_nodes(self.name, request, lambda cluster: self.starts(cluster, settings))
+
+
+__all__ = ["EasyBackfillPolicy", "MalleableTry", "ReleaseProfile", "Role", "RunningNodeJob", "SLURM_DEFAULTS",
+           "SlurmBackfillConfig", "SlurmBackfillPolicy", "easy_backfill", "plan_nodes", "slurm_backfill_pass",
+           "slurm_main_schedule"]

@@ -1,5 +1,7 @@
 """``sd``: paper 001's Slowdown-Driven policy (SD-Policy), EASY backfill that shares nodes
-with running mates (Listing 1, Section 3.2).
+with running mates (Listing 1, Section 3.2); ``slurm-sd``: the same malleable try inside
+SLURM's backfill pass (:func:`~condor_sched.policies.backfill.slurm_backfill_pass`), the
+paper's own setting.
 
 For each queued job in order, the static try comes first (:func:`~condor_sched.policies.
 backfill.easy_backfill`). When it fails, Listing 1 compares
@@ -43,7 +45,9 @@ import math
 from dataclasses import dataclass
 
 from condor_sched.model import Plan
-from condor_sched.policies.backfill import easy_backfill, plan_nodes
+from condor_sched.policies.backfill import (
+    SLURM_DEFAULTS, SlurmBackfillConfig, easy_backfill, plan_nodes, slurm_backfill_pass, slurm_main_schedule,
+)
 from condor_sched.policies.base import PlanRequest, PlanSettings, PolicyError, PolicyKind, register
 from condor_sched.policies.cpu_nodes import (
     NodeCluster, Role, RunningNodeJob, RuntimeModel, Start, WaitingJob, stretched_s,
@@ -109,11 +113,25 @@ class MateSearch:
         # A search that failed for (nodes, requested) fails for any longer request until a
         # mate is taken: larger requests only raise penalties and push the guest's end later.
         self.failed_from_s: dict[int, float] = {}
+        self._run_s: dict[tuple[int, float], float] = {}
+
+    def may_start(self, job: WaitingJob) -> bool:
+        """False when this call's try surely fails for ``job`` whatever its wait (no mate
+        left, or a search for as many nodes and no longer a request failed)."""
+        return self.k >= 1 and bool(self.by_nodes) and job.requested_s < self.failed_from_s.get(job.nodes, math.inf)
+
+    def guest_run_s(self, job: WaitingJob) -> float:
+        """The guest's predicted run on ``k`` cores of each node (worst-case model, Eq. 6)."""
+        found = self._run_s.get((job.nodes, job.requested_s))
+        if found is None:
+            found = self._run_s[job.nodes, job.requested_s] = stretched_s(
+                job.requested_s, [(self.k, job.nodes)], self.cores_per_node, RuntimeModel.WORST)
+        return found
 
     def __call__(self, job: WaitingJob, wait_s: float, running: dict) -> Start | None:
-        if self.k < 1 or not self.by_nodes or job.requested_s >= self.failed_from_s.get(job.nodes, math.inf):
+        if not self.may_start(job):
             return None
-        run_s = stretched_s(job.requested_s, [(self.k, job.nodes)], self.cores_per_node, RuntimeModel.WORST)
+        run_s = self.guest_run_s(job)
         increase_s = run_s - job.requested_s
         if not wait_s + job.requested_s > job.requested_s + increase_s:  # static_end > mall_end
             return None
@@ -183,6 +201,13 @@ def sd_starts(cluster: NodeCluster, settings: SdSettings) -> list[Start]:
     return easy_backfill(cluster, MateSearch(cluster, settings))
 
 
+def slurm_sd_starts(cluster: NodeCluster, settings: SdSettings,
+                    config: SlurmBackfillConfig = SLURM_DEFAULTS) -> list[Start]:
+    """One SLURM backfill pass with Listing 1's malleable try after each failed static try
+    (paper 001 Section 3.1: SD-Policy is an edit of SLURM's sched/backfill plugin)."""
+    return slurm_backfill_pass(cluster, config, MateSearch(cluster, settings))
+
+
 @register("sd")
 class SlowdownDrivenPolicy:
     """Paper 001's SD-Policy (module docstring); settings from ``PlanSettings.sd_*``."""
@@ -198,5 +223,31 @@ class SlowdownDrivenPolicy:
         return plan_nodes(self.name, request, lambda cluster: self.starts(cluster, settings))
 
 
-__all__ = ["MateSearch", "SdSettings", "SlowdownDrivenPolicy", "dynamic_max_slowdown", "guest_cores",
-           "sd_starts"]
+@register("slurm-sd")
+class SlurmSlowdownDrivenPolicy:
+    """SD-Policy on the ``slurm-backfill`` baseline: the main scheduler (static, at every
+    submit and finish) unchanged, each backfill pass (every ``bf_interval``) with Listing 1's
+    malleable try; settings from ``PlanSettings.sd_*``."""
+
+    name = "slurm-sd"
+    kind = PolicyKind.NODE
+    config = SLURM_DEFAULTS
+    backfill_interval_s = SLURM_DEFAULTS.interval_s
+
+    def starts(self, cluster: NodeCluster, settings: PlanSettings) -> list[Start]:
+        """A backfill pass with malleable tries."""
+        return slurm_sd_starts(cluster, SdSettings.of(settings), self.config)
+
+    def event_starts(self, cluster: NodeCluster, settings: PlanSettings) -> list[Start]:
+        """The main scheduler (at a submit or finish)."""
+        return slurm_main_schedule(cluster)
+
+    def plan(self, request: PlanRequest, settings: PlanSettings) -> Plan:
+        return plan_nodes(self.name, request, lambda cluster: self.starts(cluster, settings))
+
+
+#: The policies that share nodes (read ``PlanSettings.sd_*``).
+SD_POLICIES = ("sd", "slurm-sd")
+
+__all__ = ["MateSearch", "SD_POLICIES", "SdSettings", "SlowdownDrivenPolicy", "SlurmSlowdownDrivenPolicy",
+           "dynamic_max_slowdown", "guest_cores", "sd_starts", "slurm_sd_starts"]

@@ -69,10 +69,13 @@ _KEYS = ("makespan_s", "mean_wait_s", "mean_turnaround_s", "mean_slowdown", "thr
                                       "per offload with the same totals (offload-drawn).")
 @click.option("--cores-per-node", "cores_per_node", type=bounded_int(1, 4096), default=None,
               help="Read the .swf workload as rigid CPU jobs on whole nodes of C cores (paper 001) and "
-                   "simulate a node policy (backfill, sd), planning at every submit and finish "
-                   "(--cycle-s plays no part); --nodes counts these CPU nodes.")
+                   "simulate a node policy: backfill, sd (EASY, planning at every submit and finish) or "
+                   "slurm-backfill, slurm-sd (SLURM 17.11's sched/backfill at its defaults: the main "
+                   "scheduler at every submit and finish, a backfill pass every 30 s); --cycle-s plays "
+                   "no part; --nodes counts these CPU nodes.")
 @click.option("--max-slowdown", "max_slowdown", default=None, metavar="X|unbounded|dynamic",
-              help=f"sd: MAX_SLOWDOWN, the cut-off of a mate's penalty (default {DEFAULT_MAX_SLOWDOWN_LABEL}, ours).")
+              help=f"sd, slurm-sd: MAX_SLOWDOWN, the cut-off of a mate's penalty (default "
+                   f"{DEFAULT_MAX_SLOWDOWN_LABEL}, ours).")
 @click.option("--runtime-model", "runtime_model", type=click.Choice([m.value for m in RuntimeModel]),
               default="ideal", show_default=True,
               help="With --cores-per-node: what really happens to a job whose nodes hold unequal cores "
@@ -97,6 +100,9 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
     Example (paper 001's SD-Policy on the RICC trace, 1024 nodes of 8 cores):
       condor-sched simulate --workload RICC-2010-2-midseptember.swf --cores-per-node 8 \\
           --nodes 1024 --policy sd --max-slowdown dynamic --runtime-model worst --json
+    Example (the same on the paper's baseline, SLURM's backfill at its defaults):
+      condor-sched simulate --workload RICC-2010-2-midseptember.swf --cores-per-node 8 \\
+          --nodes 1024 --policy slurm-sd --max-slowdown unbounded --json
     """
     if cores_per_node is not None or max_slowdown is not None or policy in policy_names(PolicyKind.NODE):
         _simulate_node_jobs(workload, jobs, nodes, policy, cores_per_node, max_slowdown, runtime_model, as_json)

@@ -18,6 +18,13 @@ the policies' ``plan`` builds from a PlanRequest and calls the same planner func
 simulator and the common interface share the decision code. Events at one instant are
 applied together (finishes, then arrivals) and planned once: ``--cycle-s`` plays no part,
 event-driven planning being the limit of a negotiation interval going to zero.
+
+A policy with a ``backfill_interval_s`` (``slurm-backfill``, ``slurm-sd``) is run as SLURM
+runs sched/backfill: its ``event_starts`` (the main scheduler) at every submit and finish,
+its ``starts`` (a backfill pass) at ticks every ``backfill_interval_s`` from the trace's
+start, and, as SLURM's backfill thread (``_more_work``), only at a tick after some job was
+submitted, ended or started since the last pass. A tick at the instant of other events runs
+after the main scheduler.
 """
 from __future__ import annotations
 
@@ -32,6 +39,7 @@ from condor_sched.policies.base import PlanSettings, PolicyError, PolicyKind, ge
 from condor_sched.policies.cpu_nodes import (
     NodeCluster, Role, RunningNodeJob, RuntimeModel, Start, WaitingJob, progress_rate, shrunk_view,
 )
+from condor_sched.policies.sd import SD_POLICIES
 from condor_sched.simulate.workloads import MAX_WORKLOAD_JOBS, SIM_SCHEDD, WorkloadError, swf_jobs
 
 Planner = Callable[[NodeCluster], Sequence[Start]]
@@ -117,7 +125,11 @@ class NodeSimulation:
     """Event-driven simulation of ``jobs`` on ``nodes`` nodes of ``cores_per_node`` cores."""
 
     def __init__(self, jobs: Sequence[NodeJob], nodes: int, cores_per_node: int, planner: Planner,
-                 runtime_model: RuntimeModel = RuntimeModel.IDEAL) -> None:
+                 runtime_model: RuntimeModel = RuntimeModel.IDEAL, *, event_planner: Planner | None = None,
+                 backfill_interval_s: float | None = None) -> None:
+        """``planner`` runs at every submit and finish; with ``backfill_interval_s``, it runs
+        at the backfill ticks instead and ``event_planner`` at submits and finishes (module
+        docstring)."""
         too_big = [j for j in jobs if j.nodes > nodes]
         if too_big:
             raise ValueError(f"job {too_big[0].index} needs {too_big[0].nodes} nodes, the pool has {nodes}"
@@ -126,11 +138,17 @@ class NodeSimulation:
         self.nodes = nodes
         self.cores = cores_per_node
         self.planner = planner
+        self.event_planner = event_planner
+        self.interval_s = backfill_interval_s
+        if backfill_interval_s is not None and (event_planner is None or not backfill_interval_s > 0):
+            raise ValueError("a backfill interval needs a positive length and an event planner")
+        self.tick_pending = False
+        self.changed_since_pass = False
         self.model = runtime_model
         self.free: list[int] = list(range(nodes - 1, -1, -1))
         self.queue: dict[int, WaitingJob] = {}
         self.running: dict[int, _Run] = {}
-        self.events: list[tuple[float, int, int, int]] = []  # (time, 0 finish / 1 arrival, job, version)
+        self.events: list[tuple[float, int, int, int]] = []  # (time, 0 finish / 1 arrival / 2 tick, job, version)
         self.finish_s: dict[int, float] = {}
         self.started_s: dict[int, float] = {}
         self.guests: set[int] = set()
@@ -142,27 +160,48 @@ class NodeSimulation:
     def run(self) -> NodeRunResult:
         while self.events:
             now = self.events[0][0]
+            changed = tick = False
             while self.events and self.events[0][0] == now:
                 _, kind, index, version = heapq.heappop(self.events)
                 if kind == 1:
                     j = self.jobs[index]
                     self.queue[index] = WaitingJob(j.key, j.nodes, j.requested_s, j.arrival_s)
+                    changed = True
+                elif kind == 2:
+                    tick, self.tick_pending = True, False
                 elif index in self.running and self.running[index].version == version:
                     self._finish(index, now)
-            if self.queue:
-                self._plan(now)
+                    changed = True
+            if self.interval_s is None:
+                if self.queue:
+                    self._plan(now, self.planner)
+                continue
+            self.changed_since_pass |= changed
+            if changed and self.queue:
+                self._plan(now, self.event_planner)
+            if tick and self.changed_since_pass and self.queue:
+                self.changed_since_pass = self._plan(now, self.planner) > 0
+            if self.queue and self.changed_since_pass and not self.tick_pending:
+                next_tick_s = math.ceil(now / self.interval_s) * self.interval_s
+                if tick or next_tick_s < now:
+                    next_tick_s = (math.floor(now / self.interval_s) + 1) * self.interval_s
+                heapq.heappush(self.events, (next_tick_s, 2, -1, 0))
+                self.tick_pending = True
         if self.queue:
             raise RuntimeError(f"{len(self.queue)} jobs never started")
         return NodeRunResult(self.finish_s, self.started_s, len(self.guests), len(self.mates), self.calls)
 
     # --- planning ---------------------------------------------------------------------
 
-    def _plan(self, now: float) -> None:
+    def _plan(self, now: float, planner: Planner) -> int:
+        """One planning call; the number of jobs it started."""
         self.calls += 1
         cluster = NodeCluster(now, self.cores, self.nodes, tuple(self.free),
                               tuple(r.view for r in self.running.values()), tuple(self.queue.values()))
-        for start in self.planner(cluster):
+        starts = planner(cluster)
+        for start in starts:
             self._start(start, now)
+        return len(starts)
 
     def _start(self, start: Start, now: float) -> None:
         index = start.job.proc
@@ -268,9 +307,12 @@ def node_metrics(jobs: Sequence[NodeJob], result: NodeRunResult) -> dict[str, fl
 
 
 def simulate_nodes(jobs: Sequence[NodeJob], nodes: int, cores_per_node: int, planner: Planner,
-                   runtime_model: RuntimeModel = RuntimeModel.IDEAL) -> dict[str, float | int]:
-    """Run ``jobs`` under ``planner`` and return :func:`node_metrics`."""
-    result = NodeSimulation(jobs, nodes, cores_per_node, planner, runtime_model).run()
+                   runtime_model: RuntimeModel = RuntimeModel.IDEAL, *, event_planner: Planner | None = None,
+                   backfill_interval_s: float | None = None) -> dict[str, float | int]:
+    """Run ``jobs`` under ``planner`` (and ``event_planner``, :class:`NodeSimulation`) and
+    return :func:`node_metrics`."""
+    result = NodeSimulation(jobs, nodes, cores_per_node, planner, runtime_model, event_planner=event_planner,
+                            backfill_interval_s=backfill_interval_s).run()
     return node_metrics(jobs, result)
 
 
@@ -282,11 +324,18 @@ def simulate_node_policy(workload: NodeWorkload, nodes: int, cores_per_node: int
     if found.kind is not PolicyKind.NODE:
         raise PolicyError(f"policy {policy!r} does not plan whole-node CPU jobs; use one of "
                           f"{', '.join(policy_names(PolicyKind.NODE))}")
-    metrics = simulate_nodes(workload.jobs, nodes, cores_per_node, lambda c: found.starts(c, settings), runtime_model)
+    interval_s = getattr(found, "backfill_interval_s", None)
+    event_planner = None if interval_s is None else (lambda c: found.event_starts(c, settings))
+    metrics = simulate_nodes(workload.jobs, nodes, cores_per_node, lambda c: found.starts(c, settings), runtime_model,
+                             event_planner=event_planner, backfill_interval_s=interval_s)
     report: dict[str, object] = {"workload": workload.name, "nodes": nodes, "cores_per_node": cores_per_node,
                                  "policy": policy, "runtime_model": runtime_model.value,
                                  "skipped_jobs": len(workload.skipped), **metrics}
-    if policy == "sd":
+    if interval_s is not None:
+        config = found.config
+        report |= {"bf_interval_s": config.interval_s, "bf_window_s": config.window_s,
+                   "bf_max_job_test": config.max_job_test, "bf_resolution_s": config.resolution_s}
+    if policy in SD_POLICIES:
         report |= {"max_slowdown": max_slowdown_label(settings.sd_max_slowdown),
                    "max_mates": settings.sd_max_mates, "sharing_factor": settings.sd_sharing_factor}
     return report

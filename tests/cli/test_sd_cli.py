@@ -26,7 +26,9 @@ def simulate(*args):
 @pytest.mark.parametrize("extra", [["--policy", "backfill"],
                                    ["--policy", "sd", "--max-slowdown", "unbounded"],
                                    ["--policy", "sd", "--max-slowdown", "10", "--runtime-model", "worst"],
-                                   ["--policy", "sd", "--max-slowdown", "dynamic"]])
+                                   ["--policy", "sd", "--max-slowdown", "dynamic"],
+                                   ["--policy", "slurm-backfill"],
+                                   ["--policy", "slurm-sd", "--max-slowdown", "unbounded"]])
 def test_simulate_cpu_jobs_prints_the_papers_metrics_as_json(trace, extra):
     result = simulate("--workload", trace, "--cores-per-node", "8", "--nodes", "2", *extra, "--json")
     assert result.exit_code == 0, result.output
@@ -35,8 +37,13 @@ def test_simulate_cpu_jobs_prints_the_papers_metrics_as_json(trace, extra):
     assert report["jobs"] == 4 and report["nodes"] == 2
     if extra[1] == "sd" and extra[3] == "unbounded":
         assert report["malleable_jobs"] == 2 and report["mate_jobs"] == 2
-    if extra[1] == "backfill":
+    if extra[1] in ("backfill", "slurm-backfill"):
         assert report["malleable_jobs"] == 0
+    if extra[1].startswith("slurm"):
+        assert (report["bf_interval_s"], report["bf_window_s"], report["bf_max_job_test"],
+                report["bf_resolution_s"]) == (30, 86400, 100, 60)
+    if extra[1] == "slurm-sd":  # the 2-node job takes both mates at a tick, the 1-node one after it
+        assert report["malleable_jobs"] == 2 and report["mate_jobs"] == 2 and report["max_slowdown"] == "unbounded"
 
 
 def test_simulate_cpu_jobs_refuses_bad_combinations(trace):

@@ -5,9 +5,11 @@ import pytest
 
 from condor_sched.model import Job, JobKey, JobStatus, Resources, RunningJob, Slot, SlotKind
 from condor_sched.policies import PlanRequest, PlanSettings, get_policy
-from condor_sched.policies.backfill import easy_backfill
+from condor_sched.policies.backfill import (
+    SLURM_DEFAULTS, SlurmBackfillConfig, easy_backfill, slurm_backfill_pass, slurm_main_schedule,
+)
 from condor_sched.policies.cpu_nodes import NodeCluster, Role, RunningNodeJob, RuntimeModel, WaitingJob, progress_rate
-from condor_sched.policies.sd import SdSettings, dynamic_max_slowdown, guest_cores, sd_starts
+from condor_sched.policies.sd import SdSettings, dynamic_max_slowdown, guest_cores, sd_starts, slurm_sd_starts
 
 C = 8
 
@@ -141,3 +143,75 @@ def test_the_static_wait_counts_the_reservations_of_the_jobs_ahead():
     assert sd_starts(cluster(0, 2, [], run, [b]), SdSettings(math.inf)) == []
     (guest,) = sd_starts(cluster(0, 2, [], run, [waiting(3, 1, 2000), b]), SdSettings(math.inf))
     assert guest.job == key(4) and guest.mates == (key(2),)  # n0's job ends before the guest would
+
+
+# --- SLURM's backfill (slurm-backfill, slurm-sd) ---------------------------------------------
+
+DAY = 86400.0
+
+
+def test_slurm_defaults_are_slurm_17_11s():
+    assert (SLURM_DEFAULTS.interval_s, SLURM_DEFAULTS.window_s, SLURM_DEFAULTS.max_job_test,
+            SLURM_DEFAULTS.resolution_s) == (30, 1440 * 60, 100, 60)
+    assert get_policy("slurm-backfill").backfill_interval_s == 30
+    assert get_policy("slurm-sd").backfill_interval_s == 30
+
+
+def test_slurm_main_scheduler_stops_at_the_first_job_that_cannot_start():
+    view = cluster(0, 3, ["n1", "n2"], [running(0, ["n0"], requested=100)],
+                   [waiting(1, 1, 100), waiting(2, 2, 100), waiting(3, 1, 10)])
+    assert [s.job for s in slurm_main_schedule(view)] == [key(1)]  # job 3 would fit, but 2 waits
+    assert [s.job for s in slurm_backfill_pass(view)] == [key(1), key(3)]  # a pass backfills it
+
+
+def test_a_job_starting_beyond_bf_window_gets_no_reservation():
+    # n0 is busy for 2 days, n1 is free. Head A needs both nodes: its start (2 days) lies
+    # beyond the 1-day window, so it reserves nothing and B (1 node, 3 days) takes n1 now.
+    view = cluster(0, 2, ["n1"], [running(0, ["n0"], requested=2 * DAY)],
+                   [waiting(1, 2, 100), waiting(2, 1, 3 * DAY)])
+    assert [s.job for s in slurm_backfill_pass(view)] == [key(2)]
+    # With a 3-day window A is reserved from 2 days on and B, which would overlap it, waits.
+    assert slurm_backfill_pass(view, SlurmBackfillConfig(window_s=3 * DAY)) == []
+    # EASY always reserves for the head: B waits there too.
+    assert easy_backfill(view) == []
+
+
+def test_the_pass_stops_when_the_map_holds_bf_max_job_test_records():
+    # n0 busy until 100, n1 free. A (2 nodes from 100) is reserved on [60, 180) (bounds rounded
+    # down to 60 s): records 1 + 2 = 3.
+    # B (2 nodes) would add a reservation: with bf_max_job_test = 3 the pass stops before
+    # C (1 node, 10 s), which fits now, is ever tried.
+    view = cluster(0, 2, ["n1"], [running(0, ["n0"], requested=100)],
+                   [waiting(1, 2, 80), waiting(2, 2, 60), waiting(3, 1, 10)])
+    assert slurm_backfill_pass(view, SlurmBackfillConfig(max_job_test=3)) == []
+    assert [s.job for s in slurm_backfill_pass(view, SlurmBackfillConfig(max_job_test=4))] == [key(3)]
+
+
+def test_reservations_are_rounded_down_to_bf_resolution():
+    # n0 frees at 130; A (2 nodes, 100 s) is reserved on [120, 180) with 60 s resolution, so
+    # B (1 node, 125 s from 0: ends at 125) overlaps it; with 1 s resolution [130, 230) it fits.
+    view = cluster(0, 2, ["n1"], [running(0, ["n0"], requested=130)], [waiting(1, 2, 100), waiting(2, 1, 125)])
+    assert slurm_backfill_pass(view) == []
+    assert [s.job for s in slurm_backfill_pass(view, SlurmBackfillConfig(resolution_s=1))] == [key(2)]
+
+
+def test_slurm_sd_makes_listing_1s_try_inside_the_backfill_pass_only():
+    mate = running(0, ["n0"])
+    view = cluster(10, 1, [], [mate], [waiting(1, 1, 100)])
+    (guest,) = slurm_sd_starts(view, SdSettings(math.inf))
+    assert guest.mates == (key(0),) and guest.cores_per_node == 4
+    assert get_policy("slurm-sd").event_starts(view, PlanSettings(sd_max_slowdown=math.inf)) == []
+    assert slurm_sd_starts(cluster(10, 1, [], [mate], [waiting(1, 1, 995)]), SdSettings(math.inf)) == []
+
+
+def test_slurm_sd_tries_jobs_beyond_the_window_with_their_exact_wait():
+    # n0, n1 busy for 3 days. A (1 node, 3.5 days) starts beyond the 1-day window and its
+    # malleable try fails (wait 3 days < increase 3.5 days): no reservation. B (1 node,
+    # 2 days) is not skipped: its wait of 3 days beats its increase of 2 days, a guest.
+    mates = [running(0, ["n0"], requested=3 * DAY), running(1, ["n1"], requested=3 * DAY)]
+    queue = [waiting(2, 1, 3.5 * DAY), waiting(3, 1, 2 * DAY), waiting(4, 1, 4 * DAY)]
+    (guest,) = slurm_sd_starts(cluster(10, 2, [], mates, queue), SdSettings(math.inf))
+    assert guest.job == key(3)
+    # Without malleable tries, jobs dominated by A (C: as many nodes, longer) are skipped,
+    # which changes nothing: none starts.
+    assert slurm_backfill_pass(cluster(10, 2, [], mates, queue)) == []

@@ -5,9 +5,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from condor_sched.policies.backfill import easy_backfill
+from condor_sched.policies.backfill import (
+    SlurmBackfillConfig, easy_backfill, slurm_backfill_pass, slurm_main_schedule,
+)
 from condor_sched.policies.cpu_nodes import RuntimeModel
-from condor_sched.policies.sd import SdSettings, sd_starts
+from condor_sched.policies.sd import SdSettings, sd_starts, slurm_sd_starts
 from condor_sched.simulate.cpu_jobs import NodeJob, NodeSimulation, read_swf_nodes, simulate_nodes
 from condor_sched.simulate.workloads import WorkloadError
 
@@ -21,6 +23,54 @@ def test_easy_backfill_in_the_simulator_keeps_the_reservation():
             NodeJob(3, 2, 80, 80, 2)]
     result = NodeSimulation(jobs, 4, 8, easy_backfill).run()
     assert result.started_s == {0: 0, 1: 100, 3: 2, 2: 150}
+
+
+def slurm(jobs, nodes, pass_planner=slurm_backfill_pass, interval_s=30.0):
+    return NodeSimulation(jobs, nodes, 8, pass_planner, event_planner=slurm_main_schedule,
+                          backfill_interval_s=interval_s).run()
+
+
+def test_slurm_backfills_only_at_interval_ticks_and_starts_in_order_at_events():
+    # Job 0 holds n0 until 1000; head job 1 (2 nodes) blocks the main scheduler, so job 2
+    # (1 node, 10 s, submitted at 5) waits for the next backfill tick (30), not starting at 5
+    # as under EASY at every event; at 1000 the finish starts job 1 at once (main scheduler).
+    jobs = [NodeJob(0, 1, 1000, 1000, 0), NodeJob(1, 2, 50, 50, 1), NodeJob(2, 1, 10, 10, 5)]
+    assert slurm(jobs, 2).started_s == {0: 0, 2: 30, 1: 1000}
+    assert slurm(jobs, 2, interval_s=7.0).started_s[2] == 7
+    assert NodeSimulation(jobs, 2, 8, easy_backfill).run().started_s[2] == 5
+
+
+def test_slurm_runs_a_pass_only_when_something_changed_since_the_last():
+    calls = []
+
+    def counting_pass(cluster):
+        calls.append(cluster.now_s)
+        return slurm_backfill_pass(cluster)
+
+    # Job 2 can never backfill (it would overlap job 1's reservation): one pass at 30 sees
+    # the arrivals, and none again until the finish at 1000 (which starts job 1) changes the
+    # state: the next tick, 1020, runs one.
+    jobs = [NodeJob(0, 1, 1000, 1000, 0), NodeJob(1, 2, 50, 50, 1), NodeJob(2, 1, 2000, 2000, 5)]
+    result = slurm(jobs, 2, counting_pass)
+    assert calls == [30.0, 1020.0]
+    assert result.started_s == {0: 0, 1: 1000, 2: 1050}
+
+
+def test_slurm_window_lets_later_jobs_pass_a_head_that_starts_beyond_it():
+    # The head (2 nodes) can start only after 2 days: with SLURM's 1-day window it holds no
+    # reservation and the 3-day job behind it takes the free node at the first tick.
+    day = 86400
+    jobs = [NodeJob(0, 1, 2 * day, 2 * day, 0), NodeJob(1, 2, 100, 100, 1), NodeJob(2, 1, 3 * day, 3 * day, 2)]
+    assert slurm(jobs, 2).started_s[2] == 30
+    wide = lambda c: slurm_backfill_pass(c, SlurmBackfillConfig(window_s=4 * day))  # noqa: E731
+    assert slurm(jobs, 2, wide).started_s[2] == 2 * day + 100
+
+
+def test_slurm_sd_starts_guests_at_backfill_ticks():
+    jobs = [NodeJob(0, 1, 100, 1000, 0), NodeJob(1, 1, 10, 10, 1)]
+    result = slurm(jobs, 1, lambda c: slurm_sd_starts(c, SdSettings(math.inf)))
+    assert result.started_s[1] == 30 and (result.malleable_jobs, result.mate_jobs) == (1, 1)
+    assert result.finish_s[1] == pytest.approx(50)  # 10 s of work at 4 of 8 cores
 
 
 def test_a_shrunk_mate_drains_at_the_new_rate_and_expands_back():
@@ -75,8 +125,8 @@ def test_a_job_larger_than_the_pool_is_refused_up_front():
 class _Checked(NodeSimulation):
     """The simulator with its node accounting checked after every planning call."""
 
-    def _plan(self, now: float) -> None:
-        super()._plan(now)
+    def _plan(self, now: float, planner) -> int:
+        started = super()._plan(now, planner)
         holders: dict[int, list[int]] = {}
         for index, run in self.running.items():
             for n in run.nodes:
@@ -88,6 +138,7 @@ class _Checked(NodeSimulation):
             if len(jobs) == 2:  # a mate and its guest, never two static jobs
                 a, b = (self.running[i] for i in jobs)
                 assert a.guest == b.job.index or b.guest == a.job.index
+        return started
 
 
 @given(st.lists(st.tuples(st.integers(1, 4), st.integers(1, 500), st.integers(1, 1000), st.integers(0, 2000)),
@@ -96,8 +147,11 @@ class _Checked(NodeSimulation):
 @settings(max_examples=60, deadline=None)
 def test_every_job_runs_to_its_end_and_no_node_is_oversubscribed(rows, max_slowdown, model):
     jobs = [NodeJob(i, n, run, run + extra, arrival) for i, (n, run, extra, arrival) in enumerate(rows)]
-    for planner in (easy_backfill, sd(SdSettings(max_slowdown))):
-        sim = _Checked(jobs, 4, 8, planner, model)
+    slurm_sd = lambda c: slurm_sd_starts(c, SdSettings(max_slowdown))  # noqa: E731
+    for planner, interval in ((easy_backfill, None), (sd(SdSettings(max_slowdown)), None),
+                              (slurm_backfill_pass, 30.0), (slurm_sd, 30.0)):
+        sim = _Checked(jobs, 4, 8, planner, model, event_planner=interval and slurm_main_schedule,
+                       backfill_interval_s=interval)
         result = sim.run()
         assert set(result.finish_s) == {j.index for j in jobs}
         for j in jobs:
