@@ -33,7 +33,13 @@ def test_job_over_its_device_memory_is_stopped_and_the_reason_recorded(pool):
     ad = pool.wait_for(cluster, lambda a: a["JobStatus"] in (3, 4, 5),
                        ["ExitBySignal", "ExitSignal", "HoldReason"], timeout_s=90)
     assert time.monotonic() - started < 60  # long before its 120 s sleep would end
-    record = json.loads((state / "killed" / f"{cluster}.0.json").read_text())
+    # The agent writes the record once stop_job returns (SIGTERM, up to --kill-grace, SIGKILL),
+    # which may be after the schedd already shows the job stopped.
+    killed = state / "killed" / f"{cluster}.0.json"
+    deadline = time.monotonic() + 30
+    while not killed.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    record = json.loads(killed.read_text())
     assert "900" in json.dumps(record) and "500" in json.dumps(record)
     if ad["JobStatus"] != 4:
         pool.schedd().act(htcondor2.JobAction.Remove, f"ClusterId == {cluster}")
