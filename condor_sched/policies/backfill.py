@@ -184,6 +184,8 @@ def slurm_backfill_pass(cluster: NodeCluster, config: SlurmBackfillConfig = SLUR
     # the malleable try may start it (its ``may_start``, when it has one).
     beyond_window: list[tuple[int, float]] = []
     may_start: Callable[[WaitingJob], bool] = getattr(malleable, "may_start", lambda job: malleable is not None)
+    # A malleable try that takes this pass's static starts as mates (``slurm-sd``) hears of each.
+    take_new_starts: Callable[[dict], None] = getattr(malleable, "take_new_starts", lambda running: None)
     for job in cluster.queue:
         if job.nodes > cluster.total_nodes:
             continue
@@ -197,6 +199,7 @@ def slurm_backfill_pass(cluster: NodeCluster, config: SlurmBackfillConfig = SLUR
             start = Start(job.key, nodes, now + job.requested_s)
             starts.append(start)
             running[job.key] = started_view(start, job, now, cluster.cores_per_node)
+            take_new_starts(running)
             wait_map.reserve(now, job.requested_s, job.nodes)
             continue
         if malleable is not None:

@@ -25,8 +25,11 @@ Decisions where the text is ambiguous (ours, not the paper's):
   D x k / C (it runs at (C - k) / C), and Eq. 4's penalty is
   p = (wait + increases so far + increase + req_time) / req_time with requested times only.
 * Mates are running jobs alone on their nodes with all their cores (not already a mate,
-  not a guest, not started in this same call). Constraint 3 (Section 3.2.3): the mates'
-  node counts sum to the guest's, so the guest runs on exactly its mates' nodes.
+  not a guest). In ``slurm-sd`` a job the same backfill pass started statically is a mate
+  too (the paper's mates are "the already running jobs", Section 3, and SLURM's backfill
+  marks a job running as it starts it); ``sd`` keeps its call's starts out. Constraint 3
+  (Section 3.2.3): the mates' node counts sum to the guest's, so the guest runs on exactly
+  its mates' nodes.
 * "The new job must finish inside its mates' allocation" (Section 3.2.4): the guest's
   predicted end is at most each mate's predicted end after its increase.
 * DynAVGSD: MAX_SLOWDOWN is the mean predicted slowdown (requested times) of the running
@@ -99,8 +102,13 @@ def dynamic_max_slowdown(running: tuple[RunningNodeJob, ...], now_s: float) -> f
 class MateSearch:
     """Listing 1's malleable try for one planning call (Section 3.2's resource selection)."""
 
-    def __init__(self, cluster: NodeCluster, settings: SdSettings) -> None:
+    def __init__(self, cluster: NodeCluster, settings: SdSettings, *, mates_started_now: bool = False) -> None:
+        """``mates_started_now``: jobs that start statically earlier in the same call may be
+        mates of later jobs (``slurm-sd``: SLURM's backfill marks a job it starts running at
+        once, and the paper's mates are "the already running jobs", Section 3)."""
         self.now_s = cluster.now_s
+        self.mates_started_now = mates_started_now
+        self.seen = {r.key for r in cluster.running}
         self.cores_per_node = cluster.cores_per_node
         self.k = guest_cores(cluster.cores_per_node, settings.sharing_factor)
         self.max_mates = settings.max_mates
@@ -128,7 +136,21 @@ class MateSearch:
                 job.requested_s, [(self.k, job.nodes)], self.cores_per_node, RuntimeModel.WORST)
         return found
 
+    def take_new_starts(self, running: dict) -> None:
+        """With ``mates_started_now``: the static starts of this call so far become candidate
+        mates (a guest started in this call never does)."""
+        if not self.mates_started_now or len(running) == len(self.seen):
+            return
+        for key, r in running.items():
+            if key in self.seen:
+                continue
+            self.seen.add(key)
+            if r.role is Role.STATIC and r.cores_per_node == self.cores_per_node:
+                self.by_nodes.setdefault(len(r.nodes), []).append(r)
+                self.failed_from_s.clear()
+
     def __call__(self, job: WaitingJob, wait_s: float, running: dict) -> Start | None:
+        self.take_new_starts(running)
         if not self.may_start(job):
             return None
         run_s = self.guest_run_s(job)
@@ -142,6 +164,7 @@ class MateSearch:
             return None
         for mate in chosen:
             self.by_nodes[len(mate.nodes)].remove(mate)
+        self.seen.add(job.key)
         self.failed_from_s.clear()
         nodes = tuple(n for mate in chosen for n in mate.nodes)
         return Start(job.key, nodes, self.now_s + run_s, tuple(m.key for m in chosen), self.k, mate_increase_s)
@@ -205,7 +228,7 @@ def slurm_sd_starts(cluster: NodeCluster, settings: SdSettings,
                     config: SlurmBackfillConfig = SLURM_DEFAULTS) -> list[Start]:
     """One SLURM backfill pass with Listing 1's malleable try after each failed static try
     (paper 001 Section 3.1: SD-Policy is an edit of SLURM's sched/backfill plugin)."""
-    return slurm_backfill_pass(cluster, config, MateSearch(cluster, settings))
+    return slurm_backfill_pass(cluster, config, MateSearch(cluster, settings, mates_started_now=True))
 
 
 @register("sd")

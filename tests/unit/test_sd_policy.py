@@ -215,3 +215,16 @@ def test_slurm_sd_tries_jobs_beyond_the_window_with_their_exact_wait():
     # Without malleable tries, jobs dominated by A (C: as many nodes, longer) are skipped,
     # which changes nothing: none starts.
     assert slurm_backfill_pass(cluster(10, 2, [], mates, queue)) == []
+
+
+def test_slurm_sd_takes_a_job_started_earlier_in_the_same_pass_as_a_mate():
+    # n1 already holds a mate and its guest (neither may host another); n0 is free. A starts
+    # statically on n0; B cannot start (waits ~1000 s > its increase of 100 s) and, in
+    # slurm-sd, becomes A's guest: SLURM's backfill marks A running at once (mates are "the
+    # already running jobs", paper 001 Section 3). The EASY sd keeps same-call starts out.
+    run = [running(0, ["n1"], role=Role.MATE, cores=4), running(5, ["n1"], role=Role.GUEST, cores=4)]
+    view = cluster(10, 2, ["n0"], run, [waiting(1, 1, 1000), waiting(2, 1, 100)])
+    static, guest = slurm_sd_starts(view, SdSettings(math.inf))
+    assert static.job == key(1) and not static.malleable and static.nodes == ("n0",)
+    assert guest.job == key(2) and guest.mates == (key(1),) and guest.nodes == ("n0",)
+    assert [s.job for s in sd_starts(view, SdSettings(math.inf))] == [key(1)]
