@@ -124,7 +124,6 @@ class _Live:
         self.slots = {s.name: s for s in state.slots}
         self.node_slots = [s for s in state.slots if s.kind is SlotKind.NODE]
         self.guest_slot = {s.machine: s for s in state.slots if s.kind is SlotKind.GUEST}
-        self.jobs = {j.key: j for j in state.jobs}
         self.by_text = {str(j.key): j for j in state.jobs}
         self.on_node: dict[str, list[Job]] = {}
         self.guest_on: dict[str, Job] = {}  # machine -> guest running on its guest slot
@@ -194,8 +193,6 @@ def _whole_node_sizes(live: _Live) -> list[int]:
 
 def _participation(job: Job, sizes: Sequence[int], guest_slots: Mapping[str, Slot]) -> str | None:
     """Why an idle malleable job cannot be a guest, or None."""
-    if job.uses_device or job.wants_spread:
-        return "node sharing takes CPU jobs; a device or spread job is planned by its own policy"
     if _runtime(job) is None:
         return "node sharing needs the job's requested run time (allowed_execute_duration)"
     if job.request.cpus not in sizes:
@@ -221,7 +218,9 @@ _ERROR_FROM = re.compile(r"^Error from (\S+?):")
 def decide_node_sharing(state: PoolState, cycle: int, policy: Policy, settings: PlanSettings,
                         unpin_age_cycles: int) -> NodeSharingDecision:
     """The node-sharing part of a cycle (module docstring)."""
-    malleable = [j for j in state.jobs if j.malleable]
+    # A malleable device or spread job belongs to its own policy (and the guest slot's START
+    # takes CPU jobs only): node sharing neither plans, unpins nor restores it.
+    malleable = [j for j in state.jobs if j.malleable and not j.uses_device and not j.spread]
     if not malleable:
         return NodeSharingDecision()
     live = _Live(state)

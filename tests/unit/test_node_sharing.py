@@ -205,3 +205,10 @@ def test_device_and_ordinary_jobs_are_untouched_by_node_sharing():
     d = decide([running_mate(0), ordinary], node_slot_ads("node1", busy_cpus=CORES))
     assert key(1) not in d.reasons and d.node_sharing.pins == ()
     assert d.to_json()["guests"] == []
+
+
+def test_a_malleable_device_job_pinned_to_its_device_is_left_to_the_device_policy():
+    device = job_ad(1, requested=2000, cpus=1, RequestPhiMemory=1000, RequestPhiThreads=60,
+                    CoSchedPinSlot="slot3@node1.test", CoSchedPinCycle=4)
+    d = decide([running_mate(0), device], node_slot_ads("node1", busy_cpus=CORES))
+    assert d.node_sharing.unpins == () and d.node_sharing.pins == () and key(1) not in d.node_sharing.reasons
