@@ -101,9 +101,7 @@ def test_a_mates_longer_limit_reaches_its_shadow(pool):
     mate = submit(pool, 50, 30)
     try:
         pool.wait_for(mate, lambda a: a["JobStatus"] == 2, ATTRS, timeout_s=90)
-        schedd = pool.schedd()
         name = htcondor2.Collector().query(htcondor2.AdTypes.Schedd)[0]["Name"]
-        del schedd
         out = subprocess.run([sys.executable, "-c", _WRITE, name, str(mate),
                               "AllowedExecuteDuration", "120"],
                              env={**os.environ, **pool.env(pool.info.admin_user)}, capture_output=True, text=True,
@@ -113,3 +111,19 @@ def test_a_mates_longer_limit_reaches_its_shadow(pool):
         assert done["JobStatus"] == 4 and unset(done, "HoldReasonCode"), json.dumps(done, default=str)
     finally:
         pool.admin_remove(f"ClusterId == {mate}")
+
+
+def test_node_sharing_attributes_a_user_submits_are_cleared(pool):
+    forged = {"+CoSchedPinSlot": f'"{pool.slot(2, NODE)}"', "+CoSchedPinMate": '"1.0"',
+              "+CoSchedPinMateIncrease": "99999", "+CoSchedPinMateBaseDuration": "5",
+              "+CoSchedPinGuest": '"x#1.0"'}
+    malleable = submit(pool, 1, 60, **forged, hold="true")
+    plain = {k: v for k, v in MALLEABLE.items() if k != "+CoSchedMalleable"}  # a job that never opted in
+    ordinary = pool.schedd().submit(htcondor2.Submit({**plain, **forged, "initialdir": str(pool.job_dir()),
+                                                      "arguments": "1", "hold": "true"})).cluster()
+    try:
+        for cluster in (malleable, ordinary):
+            ad = pool.job(cluster, [a[1:] for a in forged])
+            assert all(unset(ad, a[1:]) for a in forged), ad
+    finally:
+        pool.admin_remove(f"ClusterId == {malleable} || ClusterId == {ordinary}")
