@@ -37,6 +37,7 @@ from condor_sched.device_kinds import DEFAULT_KIND
 from condor_sched.node_sharing import NodeSharingDecision, decide_node_sharing
 from condor_sched.fairshare import fair_order, fair_window
 from condor_sched.model import (
+    HOLDS_A_SLOT,
     Assignment,
     Job,
     JobKey,
@@ -77,7 +78,6 @@ _record, _for_device, _fifo, _shape, _last_unplaced = (itemgetter(i) for i in ra
 _NOT_YET_UNPLACED = Unplaced(JobKey("", 0, 0), "")
 _NO_ROW: list = [None, False, None, None, _NOT_YET_UNPLACED]
 #: Job states in which a job holds a dynamic slot of its partitionable slot.
-HOLDS_A_SLOT = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED})
 
 
 @dataclass(slots=True)

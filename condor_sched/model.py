@@ -172,6 +172,10 @@ class Job:
         return self.status is JobStatus.IDLE
 
 
+#: Job states that hold a claim (a dynamic slot).
+HOLDS_A_SLOT = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED})
+
+
 class SlotKind(str, enum.Enum):
     DEVICE = "device"
     SOCKET = "socket"

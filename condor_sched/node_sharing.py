@@ -38,18 +38,15 @@ from typing import Mapping, Sequence
 
 import classad2
 
+from condor_sched.edits import PIN_ATTRS, UNDEFINED
 from condor_sched.model import (
-    EXECUTE_DURATION_ATTR, PIN_GUEST_ATTR, PIN_MATE_ATTR, PIN_MATE_BASE_ATTR, PIN_MATE_INCREASE_ATTR, Job, JobKey,
-    JobStatus, Plan, PoolState, Slot, SlotKind, Unplaced, partitionable_slot_of,
+    EXECUTE_DURATION_ATTR, HOLDS_A_SLOT, PIN_GUEST_ATTR, PIN_MATE_ATTR, PIN_MATE_BASE_ATTR, PIN_MATE_INCREASE_ATTR,
+    Job, JobKey, Plan, PoolState, Slot, SlotKind, Unplaced, partitionable_slot_of,
 )
 from condor_sched.policies.base import PlanSettings, Policy
 from condor_sched.policies.cpu_nodes import NodeCluster, Role, RunningNodeJob, RuntimeModel, WaitingJob, stretched_s
 from condor_sched.policies.sd import guest_cores
 
-#: Job states that hold a claim (as ``condor_sched.cycle.HOLDS_A_SLOT``).
-HOLDS_A_SLOT = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED})
-
-UNDEFINED = "undefined"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +88,6 @@ class NodeSharingDecision:
 
 def guest_unpin_writes() -> tuple[tuple[str, str], ...]:
     """Everything a guest pin writes, cleared; the slot first (that write unpins)."""
-    from condor_sched.edits import PIN_ATTRS
-
     return tuple((a, UNDEFINED) for a in (*PIN_ATTRS, PIN_MATE_ATTR, PIN_MATE_INCREASE_ATTR))
 
 

@@ -14,7 +14,7 @@ import htcondor2
 
 from condor_sched.classads import start_references, state_from_ads
 from condor_sched.device_kinds import device_kinds
-from condor_sched.edits import Applied, Edit, JobChange, apply_changes, release_change
+from condor_sched.edits import UNDEFINED, Applied, Edit, JobChange, apply_changes, release_change
 from condor_sched.model import (
     EXECUTE_DURATION_ATTR,
     MALLEABLE_ATTR,
@@ -319,5 +319,5 @@ class JobEditor:
         """Unpin idle guests ``jobs`` and drop their reasons, batched."""
         from condor_sched.node_sharing import guest_unpin_writes
 
-        return apply_changes([JobChange(job, (*guest_unpin_writes(), (PIN_REASON_ATTR, "undefined"))) for job in jobs],
+        return apply_changes([JobChange(job, (*guest_unpin_writes(), (PIN_REASON_ATTR, UNDEFINED))) for job in jobs],
                              self.write)

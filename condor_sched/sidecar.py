@@ -135,9 +135,10 @@ def apply_cycle(decision: CycleDecision, editor: Editor,
             outcome.failed.append(f"hold {h.job}: {e}")
             log.warning("could not hold job %s: %s", h.job, e)
     sharing = decision.node_sharing
+    guest_unpin_reasons = dict(sharing.unpins)
     for job in run("unpin guest", [JobChange(k, guest_unpin_writes()) for k, _ in sharing.unpins]):
         outcome.unpinned += 1
-        log.info("unpinned guest %s: %s", job, dict(sharing.unpins)[job])
+        log.info("unpinned guest %s: %s", job, guest_unpin_reasons[job])
     enrolled = set(run("enroll", [enroll_change(e.job, e.requirements) for e in decision.enrolls]))
     outcome.enrolled = len(enrolled)
     not_enrolled = {e.job for e in decision.enrolls} - enrolled  # failed or left: never pinned
@@ -157,13 +158,15 @@ def apply_cycle(decision: CycleDecision, editor: Editor,
     for g in sharing.pins:
         if g.mate not in lengthened:
             failed_jobs.add(g.job)
+    guest_slots = {g.job: g.slot for g in guests}
     guest_pinned = run("pin guest", [guest_pin_change(g, decision.cycle, int(now)) for g in guests])
     for job in guest_pinned:
         outcome.pinned += 1
-        log.info("pinned guest %s to %s", job, next(g.slot for g in guests if g.job == job))
+        log.info("pinned guest %s to %s", job, guest_slots[job])
     failed_jobs |= {g.job for g in guests} - set(guest_pinned)
+    restored_why = {m.job: m.why for m in sharing.restore}
     for job in run("restore mate", [JobChange(m.job, m.writes) for m in sharing.restore]):
-        log.info("mate %s restored: %s", job, next(m.why for m in sharing.restore if m.job == job))
+        log.info("mate %s restored: %s", job, restored_why[job])
     not_pinned = set(slots) - set(pinned) | failed_jobs  # failed or left on a stop: no pin to tell of
     tells = [reason_change(job, reason) for (_, reason), jobs in reasons_to_write(decision, current_reasons or {}).items()
              for job in jobs if job not in not_pinned]
