@@ -44,6 +44,10 @@ from condor_sched.model import (
     MALLEABLE_ATTR,
     PIN_CLAUSE,
     PIN_CYCLE_ATTR,
+    PIN_GPUS_ATTR,
+    WHOLE_GPU,
+    Gpu,
+    GpuRequest,
     PIN_GUEST_ATTR,
     PIN_MATE_ATTR,
     PIN_MATE_BASE_ATTR,
@@ -198,6 +202,52 @@ def _requested_kind(ad: classad2.ClassAd) -> DeviceKind | None:
     return kind
 
 
+#: The most GPUs one job may ask for (``request_GPUs``): no node has more.
+MAX_GPUS_PER_JOB = 64
+#: Characters of a ``require_gpus`` expression the sidecar evaluates.
+MAX_REQUIRE_GPUS_CHARS = 4096
+_PIN_GPUS = re.compile(r"^\d{1,2}(?:,\d{1,2}){0,63}$")
+
+
+def gpu_request(ad: classad2.ClassAd) -> GpuRequest | None:
+    """A GPU job's request (issue 13), None for other jobs: a job is a GPU job when it asks for
+    GPU memory or compute (``request_GPUMemory``, ``request_GPUCompute``: a share of one GPU,
+    or whole GPUs) or for whole GPUs (``request_GPUs``). Raises AdError naming the attribute
+    that the execute node would refuse: a share (compute < 1000) of more than one GPU, values
+    that are not positive integers in range. A share without ``request_GPUMemory`` takes its
+    compute share of the GPU's memory."""
+    memory, compute, count = (_eval(ad, a) for a in ("RequestGPUMemory", "RequestGPUCompute", "RequestGPUs"))
+    if memory in (None, 0) and compute in (None, 0) and count in (None, 0):
+        return None
+    n = 1 if count in (None, 0) else _number(ad, "RequestGPUs", required=True, minimum=1, maximum=MAX_GPUS_PER_JOB)
+    share = WHOLE_GPU if compute is None else _number(ad, "RequestGPUCompute", required=True, minimum=1,
+                                                      maximum=WHOLE_GPU)
+    if n > 1 and share < WHOLE_GPU:
+        raise AdError("RequestGPUCompute", f"= {share}: a share (< {WHOLE_GPU}) is of one GPU, but request_GPUs = {n} "
+                      "asks for whole GPUs")
+    memory_mb = None if memory is None else _number(ad, "RequestGPUMemory", required=True, minimum=1)
+    return GpuRequest(count=n, compute=share, memory_mb=memory_mb)
+
+
+def _pinned_gpus(ad: classad2.ClassAd) -> tuple[int, ...]:
+    """``CoSchedPinGPUs`` as indices; () when absent or not a list the sidecar writes."""
+    text = _lenient(ad, PIN_GPUS_ATTR, str)
+    if not text or not _PIN_GPUS.match(text):
+        return ()
+    return tuple(int(g) for g in text.split(","))
+
+
+def _require_gpus(ad: classad2.ClassAd) -> str | None:
+    """The job's ``require_gpus`` expression text (evaluated against each GPU's properties by
+    ``gpu_sharing``); AdError when it is too long to be a reasonable constraint."""
+    if "RequireGPUs" not in ad:
+        return None
+    text = _lookup_text(ad, "RequireGPUs")
+    if len(text) > MAX_REQUIRE_GPUS_CHARS:
+        raise AdError("RequireGPUs", f"longer than {MAX_REQUIRE_GPUS_CHARS} characters")
+    return text
+
+
 def _check_spread(ad: classad2.ClassAd) -> None:
     """AdError naming the attribute when a spread job (``CoSchedProgram`` set, no device)
     requests what the execute node would refuse (:func:`request_problem`)."""
@@ -220,6 +270,7 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
     kind = _requested_kind(ad)
     if kind is None:
         _check_spread(ad)
+    gpu = gpu_request(ad) if kind is None else None
     request = Resources(
         cpus=_number(ad, "RequestCpus", required=True),
         memory_mb=_number(ad, "RequestMemory", required=True),
@@ -255,10 +306,13 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
         start_refused=_start_refused(ad, status),
         hook_refusal=_hook_refusal(ad, status),
         malleable=_lenient(ad, MALLEABLE_ATTR, bool) is True,
+        gpu=gpu,
+        pinned_gpus=_pinned_gpus(ad) if gpu is not None else (),
         attributes={
             "Requirements": requirements,
             PIN_ORIGINAL_ATTR: _lookup_text(ad, PIN_ORIGINAL_ATTR) if PIN_ORIGINAL_ATTR in ad else None,
             **_node_sharing_attributes(ad),
+            **({"RequireGPUs": _require_gpus(ad)} if gpu is not None else {}),
         },
     )
 
@@ -284,9 +338,11 @@ def _record_reads() -> tuple[str, ...]:
             "CoSchedProgram", "RequestCpus", "RequestMemory", "RequestLLCWays", "RequestMemBW", "Cmd", "Owner",
             PIN_SLOT_ATTR, PIN_CYCLE_ATTR, "CoSchedAlpha", "RemoteHost", "AllowedExecuteDuration",
             "JobCurrentStartDate", "AccountingGroup", "User", PIN_REASON_ATTR, MALLEABLE_ATTR, PIN_MATE_ATTR,
-            PIN_GUEST_ATTR, PIN_MATE_INCREASE_ATTR, PIN_MATE_BASE_ATTR)
+            PIN_GUEST_ATTR, PIN_MATE_INCREASE_ATTR, PIN_MATE_BASE_ATTR, *GPU_JOB_ATTRS)
 
 
+#: The GPU attributes of a job the sidecar reads (issue 13).
+GPU_JOB_ATTRS = ("RequestGPUMemory", "RequestGPUCompute", "RequestGPUs", "RequireGPUs", PIN_GPUS_ATTR)
 _RECORD_TEXTS = 2
 #: Read per job; they can only make ``submitted_at_s``, ``job_prio`` and ``start_refused`` differ.
 _RECORD_PER_JOB_READS = ("QDate", "JobPrio", "VacateReasonCode", PIN_TIME_ATTR, "LastVacateTime",
@@ -489,7 +545,10 @@ def slot_from_ad(ad: classad2.ClassAd) -> Slot | None:
     total, free = amounts("TotalSlot"), amounts("")
     cache_id = _number(ad, "LLCCacheId", required=False, default=None) if "LLCCacheId" in ad else None
     slot_kind = SlotKind.DEVICE if kind else SlotKind.SOCKET
-    if kind is None and _lenient(ad, "CoSchedGuestSlot", bool):
+    gpus: tuple[Gpu, ...] = ()
+    if kind is None and _lenient(ad, "CoSchedGPUNode", bool):
+        slot_kind, gpus = SlotKind.GPU_NODE, _gpus_of(ad)
+    elif kind is None and _lenient(ad, "CoSchedGuestSlot", bool):
         slot_kind = SlotKind.GUEST
     elif kind is None and _lenient(ad, "CoSchedNodeSlot", bool):
         slot_kind = SlotKind.NODE
@@ -497,7 +556,37 @@ def slot_from_ad(ad: classad2.ClassAd) -> Slot | None:
                 free=free, device_name=_device_name(ad, kind), cache_id=cache_id,
                 device_kind=kind.name if kind else None,
                 updated_at_s=_number(ad, "LastHeardFrom", required=False) or _number(ad, "MyCurrentTime", required=False),
-                children=_child_names(ad), unavailable=_unavailable(ad) or _no_guests(ad, slot_kind))
+                children=_child_names(ad), unavailable=_unavailable(ad) or _no_guests(ad, slot_kind), gpus=gpus)
+
+
+#: The most GPUs a GPU node slot may hold (the schedd transform of config.d/10 defines the
+#: claim's requests for GPU indices 0..MAX_GPUS_PER_NODE-1).
+MAX_GPUS_PER_NODE = 8
+GPU_UUID = re.compile(r"^(?:GPU|MIG)-[A-Za-z0-9-]{1,80}$")
+GPU_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._()/-]{0,63}$")
+
+
+def _gpus_of(ad: classad2.ClassAd) -> tuple[Gpu, ...]:
+    """A GPU node slot's GPUs (``CoSchedGPUCount``, and per GPU k ``CoSchedGPU<k>Uuid``,
+    ``...DeviceName``, ``...Capability``, and the resources ``[TotalSlot]CoSchedGPU<k>Memory``
+    and ``...Compute`` HTCondor accounts); AdError naming the first bad attribute."""
+    count = _number(ad, "CoSchedGPUCount", required=True, minimum=1, maximum=MAX_GPUS_PER_NODE)
+    gpus = []
+    for k in range(count):
+        prefix = f"CoSchedGPU{k}"
+        uuid = _string(ad, f"{prefix}Uuid", required=True)
+        if not GPU_UUID.match(uuid):
+            raise AdError(f"{prefix}Uuid", f"must be a GPU or MIG uuid ({GPU_UUID.pattern}), got {_shown(uuid)}")
+        model = _string(ad, f"{prefix}DeviceName", required=True)
+        if not GPU_MODEL.match(model):
+            raise AdError(f"{prefix}DeviceName", f"must be a GPU model name ({GPU_MODEL.pattern}), got {_shown(model)}")
+        memory = _number(ad, f"TotalSlot{prefix}Memory", required=True, minimum=1)
+        compute = _number(ad, f"TotalSlot{prefix}Compute", required=True, minimum=WHOLE_GPU)
+        gpus.append(Gpu(index=k, uuid=uuid, model=model, memory_mb=memory,
+                        free_memory_mb=_number(ad, f"{prefix}Memory", required=True, maximum=memory),
+                        free_compute=_number(ad, f"{prefix}Compute", required=True, maximum=compute), compute=compute,
+                        capability=_number(ad, f"{prefix}Capability", required=False, integer=False, maximum=100.0)))
+    return tuple(gpus)
 
 
 def _no_guests(ad: classad2.ClassAd, kind: SlotKind) -> str | None:

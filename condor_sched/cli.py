@@ -17,7 +17,8 @@ from condor_sched.classads import SnapshotError
 from condor_sched.gc_pause import gc_paused
 from condor_sched.policies.base import PolicyError, PolicyKind, get_policy, policy_names
 from condor_sched.resources import default_snapshot_dir
-from condor_sched.settings import LIVE_NODE_POLICY, SettingsError
+from condor_sched.policies.gpu_policies import gpu_policy, gpu_policy_names
+from condor_sched.settings import DEFAULT_GPU_POLICY, LIVE_NODE_POLICY, SettingsError
 
 DEFAULT_SNAPSHOT = default_snapshot_dir()
 
@@ -75,8 +76,10 @@ def show(queue: Path, machines: Path, as_json: bool) -> None:
 
 @main.command()
 @with_snapshot
-@click.option("--policy", default="knapsack", show_default=True, type=click.Choice(policy_names()),
-              help="Planning policy; a spread policy (sns, sns-global, ce, cs) replaces --spread-policy.")
+@click.option("--policy", default="knapsack", show_default=True, type=click.Choice(policy_names() + gpu_policy_names()),
+              help="Planning policy; a spread policy (sns, sns-global, ce, cs) replaces --spread-policy, a GPU "
+                   "policy (random-fit, best-fit, dot-product, gpu-packing, gpu-clustering, fgd) the GPU jobs' "
+                   "(default: COSCHED_GPU_POLICY's default).")
 @click.option("--spread-policy", default="sns", show_default=True, type=click.Choice(["none", *policy_names(PolicyKind.SPREAD)]),
               help="Policy for +CoSchedProgram jobs (COSCHED_SPREAD_POLICY); none leaves them.")
 @click.option("--granularity-mb", type=bounded_int(1, MAX_GRANULARITY_MB), default=50, show_default=True,
@@ -120,7 +123,8 @@ def plan(queue: Path, machines: Path, policy: str, spread_policy: str, granulari
                             deterministic=deterministic)
     spread = None if spread_policy == "none" else get_policy(spread_policy)
     config = CycleConfig(get_policy("knapsack"), spread, settings, unpin_age_cycles, _profiles(profiles_dir),
-                         node_policy=get_policy(LIVE_NODE_POLICY)).with_policy(policy)
+                         node_policy=get_policy(LIVE_NODE_POLICY),
+                         gpu_policy=gpu_policy(DEFAULT_GPU_POLICY)).with_policy(policy)
     with gc_paused():
         decision = decide_cycle(state, CycleMemory.fresh(state), config)
         if as_json:
@@ -133,7 +137,7 @@ def plan(queue: Path, machines: Path, policy: str, spread_policy: str, granulari
 @click.argument("job_id", metavar="JOB")
 @with_snapshot
 @click.option("--live", is_flag=True, help="Read the live pool (CONDOR_CONFIG) instead of a snapshot.")
-@click.option("--policy", type=click.Choice(policy_names()), default=None,
+@click.option("--policy", type=click.Choice(policy_names() + gpu_policy_names()), default=None,
               help="Decide with this policy (default: COSCHED_POLICY when --live, else knapsack).")
 def explain(job_id: str, queue: Path, machines: Path, live: bool, policy: str | None) -> None:
     """Say why JOB (cluster.proc, or schedd#cluster.proc) is pinned where it is, or why it waits.
@@ -165,7 +169,7 @@ def explain(job_id: str, queue: Path, machines: Path, live: bool, policy: str | 
     else:
         state = _load_snapshot(queue, machines)
         config = CycleConfig(get_policy("knapsack"), get_policy("sns"), profiles=_profiles(None),
-                             node_policy=get_policy(LIVE_NODE_POLICY))
+                             node_policy=get_policy(LIVE_NODE_POLICY), gpu_policy=gpu_policy(DEFAULT_GPU_POLICY))
     if policy:
         config = config.with_policy(policy)
     try:
@@ -215,7 +219,7 @@ class LeaseRefused(click.ClickException):
 @main.command()
 @click.option("--once", is_flag=True, help="Run one cycle and exit.")
 @click.option("--dry-run", is_flag=True, help="Log what a cycle would do; edit nothing (may run beside the sidecar).")
-@click.option("--policy", type=click.Choice(policy_names()), default=None,
+@click.option("--policy", type=click.Choice(policy_names() + gpu_policy_names()), default=None,
               help="Override COSCHED_POLICY (or COSCHED_SPREAD_POLICY, for a spread policy).")
 def run(once: bool, dry_run: bool, policy: str | None) -> None:
     """Run the sidecar: once per negotiation cycle, plan idle co-scheduled jobs and pin them.
@@ -256,6 +260,7 @@ def run(once: bool, dry_run: bool, policy: str | None) -> None:
             cycle_end=pool.last_negotiation_cycle_end if settings.cycle_source == "negotiator" else None,
             describe={"Policy": config.device_policy.name, "SpreadPolicy": spread,
                       "NodePolicy": config.node_policy.name if config.node_policy else "none",
+                      "GpuPolicy": config.gpu_policy.name if config.gpu_policy else "none",
                       "CycleSource": settings.cycle_source, "DryRun": dry_run})
 
     try:

@@ -34,6 +34,7 @@ import numpy as np
 
 from condor_sched.consistency import consistent_state
 from condor_sched.device_kinds import DEFAULT_KIND
+from condor_sched.gpu_sharing import GpuSharingDecision, decide_gpu_sharing, gpu_pin_details
 from condor_sched.node_sharing import NodeSharingDecision, decide_node_sharing
 from condor_sched.fairshare import fair_order, fair_window
 from condor_sched.model import (
@@ -61,6 +62,7 @@ from condor_sched.policies.base import (
     get_policy,
     run_policy,
 )
+from condor_sched.policies.gpu_policies import GpuPolicy, gpu_policy, gpu_policy_names
 from condor_sched.policies.devices import Capacity, compute_overcommit, demand, free_capacity, split_too_big
 from condor_sched.policies.devices import _not_fitted_reason as not_fitted_reason
 
@@ -433,16 +435,21 @@ class CycleConfig:
     #: Node sharing of malleable jobs (paper 001's ``sd``, live: ``condor_sched.node_sharing``);
     #: None: COSCHED_NODE_POLICY = none.
     node_policy: Policy | None = None
+    #: GPU sharing (issue 13, ``condor_sched.gpu_sharing``); None: COSCHED_GPU_POLICY = none.
+    gpu_policy: GpuPolicy | None = None
 
     @classmethod
     def from_settings(cls, settings: SidecarSettings, profiles: ProfileStore | None = None) -> CycleConfig:
         spread = None if settings.spread_policy == "none" else get_policy(settings.spread_policy)
         node = None if settings.node_policy == "none" else get_policy(settings.node_policy)
+        gpu = None if settings.gpu_policy == "none" else gpu_policy(settings.gpu_policy)
         return cls(get_policy(settings.policy), spread, settings.plan, settings.unpin_age_cycles, profiles,
-                   node_policy=node)
+                   node_policy=node, gpu_policy=gpu)
 
     def with_policy(self, name: str) -> CycleConfig:
-        """This config with policy ``name`` in the place of its kind (device or spread)."""
+        """This config with policy ``name`` in the place of its kind (device, spread, node or GPU)."""
+        if name in gpu_policy_names():
+            return replace(self, gpu_policy=gpu_policy(name))
         policy = get_policy(name)
         if policy.kind is PolicyKind.SPREAD:
             return replace(self, spread_policy=policy)
@@ -505,6 +512,8 @@ class CycleDecision:
     cache: PlanCache | None = field(default=None, compare=False, repr=False)
     #: Guests and mates of malleable jobs (``condor_sched.node_sharing``).
     node_sharing: NodeSharingDecision = field(default_factory=NodeSharingDecision)
+    #: GPU jobs' pins (``condor_sched.gpu_sharing``).
+    gpu_sharing: GpuSharingDecision = field(default_factory=GpuSharingDecision)
 
     @property
     def unplaced(self) -> tuple[Unplaced, ...]:
@@ -541,6 +550,12 @@ class CycleDecision:
             "guest_unpins": [{**job(k), "reason": r} for k, r in self.node_sharing.unpins],
             "mates": [{**job(m.job), "writes": dict(m.writes), "why": m.why}
                       for m in (*self.node_sharing.lengthen, *self.node_sharing.restore)],
+            "gpu_policy": self.gpu_sharing.plan.policy if self.gpu_sharing.plan else None,
+            "gpu_pins": [{**job(p.job), "slot": p.slot, **gpu_pin_details(p)} for p in self.gpu_sharing.pins],
+            "gpu_kept": [job(k) for k in self.gpu_sharing.kept],
+            "gpu_unpins": [{**job(k), "reason": r} for k, r in self.gpu_sharing.unpins],
+            "gpu_enrolls": [job(k) for k, _ in self.gpu_sharing.enrolls],
+            "gpu_holds": [{**job(k), "reason": r} for k, r in self.gpu_sharing.holds],
         }
 
 
@@ -1098,9 +1113,13 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
         state, cycle, config.node_policy, config.plan, config.unpin_age_cycles)
     if sharing.reasons:
         reasons = {**reasons, **sharing.reasons}
+    gpus = GpuSharingDecision() if config.gpu_policy is None else decide_gpu_sharing(
+        state, cycle, config.gpu_policy, config.plan, config.unpin_age_cycles)
+    if gpus.reasons:
+        reasons = {**reasons, **gpus.reasons}
     return CycleDecision(cycle, len(jobs), tuple(Assignment(j.key, j.pinned_slot) for j in kept),  # type: ignore[arg-type]
                          tuple(unpins), tuple(enrolls), pins, tuple(plans), state.skipped, first_seen, holds, reasons,
-                         cache, sharing)
+                         cache, sharing, gpus)
 
 
 def _index_of(view: CoveredJobs, job: Job) -> int:

@@ -23,6 +23,9 @@ from condor_sched.model import (
     PIN_CLAUSE,
     PIN_CYCLE_ATTR,
     PIN_EXCLUSIVE_ATTR,
+    PIN_GPU_COMPUTE_ATTR,
+    PIN_GPU_MEMORY_ATTR,
+    PIN_GPUS_ATTR,
     PIN_LLC_WAYS_ATTR,
     PIN_MEM_BW_ATTR,
     PIN_ORIGINAL_ATTR,
@@ -81,7 +84,7 @@ def pin_change(job: JobKey, slot: str, cycle: int, now: int, details: Mapping[st
 
 #: Everything a pin writes, cleared by an unpin (the slot first: that write unpins).
 PIN_ATTRS = (PIN_SLOT_ATTR, PIN_CYCLE_ATTR, PIN_TIME_ATTR, PIN_LLC_WAYS_ATTR, PIN_MEM_BW_ATTR, PIN_SCALE_ATTR,
-             PIN_EXCLUSIVE_ATTR)
+             PIN_EXCLUSIVE_ATTR, PIN_GPUS_ATTR, PIN_GPU_MEMORY_ATTR, PIN_GPU_COMPUTE_ATTR)
 
 
 def unpin_change(job: JobKey) -> JobChange:

@@ -48,6 +48,15 @@ PIN_MATE_BASE_ATTR = "CoSchedPinMateBaseDuration"
 PIN_GUEST_ATTR = "CoSchedPinGuest"
 #: The run-time limit the shadow enforces (hold code 47); the sidecar lengthens a mate's.
 EXECUTE_DURATION_ATTR = "AllowedExecuteDuration"
+#: On a GPU job (issue 13): the GPUs of its pinned GPU node slot it takes ("0,3": indices), and
+#: what it takes of each (MB, thousandths of a GPU). The schedd transform (config.d/10) turns
+#: them into the claim's ``RequestCoSchedGPU<k>Memory`` / ``...Compute``, so HTCondor itself
+#: accounts every GPU.
+PIN_GPUS_ATTR = "CoSchedPinGPUs"
+PIN_GPU_MEMORY_ATTR = "CoSchedPinGPUMemory"
+PIN_GPU_COMPUTE_ATTR = "CoSchedPinGPUCompute"
+#: Compute of a whole GPU in a GPU request (thousandths).
+WHOLE_GPU = 1000
 #: The clause that makes a co-scheduled job match only the slot its pin names.
 PIN_CLAUSE = f"(TARGET.Name =?= MY.{PIN_SLOT_ATTR})"
 
@@ -119,6 +128,38 @@ class JobKey(_JobKeyFields):
 
 
 @dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """What a GPU job asks of each of its GPUs (issue 13): ``count`` GPUs of one node
+    (``request_GPUs``; a share is one GPU), ``compute`` thousandths of each
+    (``request_GPUCompute``; 1000 = whole), ``memory_mb`` of each (``request_GPUMemory``;
+    None: the whole GPU's memory), and the GPU models its ``require_gpus`` accepts (None: any)."""
+
+    count: int = 1
+    compute: int = WHOLE_GPU
+    memory_mb: int | None = None
+    models: frozenset[str] | None = None
+
+    @property
+    def shares(self) -> bool:
+        return self.count == 1 and self.compute < WHOLE_GPU
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One GPU of a GPU node slot, with what HTCondor's accounting has free of it
+    (``CoSchedGPU<k>Memory`` / ``...Compute`` of the partitionable slot)."""
+
+    index: int
+    uuid: str
+    model: str
+    memory_mb: int
+    free_memory_mb: int
+    free_compute: int
+    compute: int = WHOLE_GPU
+    capability: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A queued or running job, as the planners see it."""
 
@@ -154,6 +195,10 @@ class Job:
     hook_refusal: str | None = None
     #: ``+CoSchedMalleable = true``: the job takes part in node sharing (paper 001).
     malleable: bool = False
+    #: A GPU job's request (issue 13); None for other jobs.
+    gpu: GpuRequest | None = None
+    #: A GPU job's pinned GPUs (``CoSchedPinGPUs``), and a running one's GPUs.
+    pinned_gpus: tuple[int, ...] = ()
     attributes: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -181,6 +226,9 @@ class SlotKind(str, enum.Enum):
     SOCKET = "socket"
     #: A whole CPU node of ``total.cpus`` cores, shared by node-sharing policies (paper 001).
     NODE = "node"
+    #: A whole GPU node: all its cores and memory, and every GPU's memory and compute as
+    #: custom resources HTCondor accounts (issue 13; ``Slot.gpus``).
+    GPU_NODE = "gpu-node"
     #: A NODE slot's overlapping twin (paper 001's live mapping): it opens only to a pinned
     #: guest, which runs on cores its mate gives up. Never planned as capacity.
     GUEST = "guest"
@@ -209,6 +257,8 @@ class Slot:
     children: tuple[str, ...] | None = None
     #: Why the slot takes no new job now (draining, Owner state, offline); None when it does.
     unavailable: str | None = None
+    #: A GPU_NODE slot's GPUs, by index.
+    gpus: tuple[Gpu, ...] = ()
 
     def with_free(self, free: Resources) -> Slot:
         return replace(self, free=free)

@@ -12,7 +12,7 @@ from typing import Callable, Iterable
 import classad2
 import htcondor2
 
-from condor_sched.classads import start_references, state_from_ads
+from condor_sched.classads import GPU_JOB_ATTRS, start_references, state_from_ads
 from condor_sched.device_kinds import device_kinds
 from condor_sched.edits import UNDEFINED, Applied, Edit, JobChange, apply_changes, release_change
 from condor_sched.model import (
@@ -45,10 +45,13 @@ def job_projection() -> list[str]:
 
 def covered_jobs() -> str:
     """Jobs any condor_sched policy covers: device jobs of every kind (any device memory request
-    but 0), spread jobs (CoSchedProgram) and malleable jobs (node sharing)."""
+    but 0), spread jobs (CoSchedProgram), malleable jobs (node sharing) and GPU jobs (any GPU
+    memory, compute or GPU count request but 0)."""
     # Any value but 0, so that a malformed request ("abc", -5) is read and held with its reason.
-    return " || ".join([*(f"({k.request_memory_attr} =!= undefined && {k.request_memory_attr} =!= 0)"
-                          for k in device_kinds()), "(CoSchedProgram =!= undefined)", f"({MALLEABLE_ATTR} =?= true)"])
+    requests = [*(k.request_memory_attr for k in device_kinds()), "RequestGPUMemory", "RequestGPUCompute",
+                "RequestGPUs"]
+    return " || ".join([*(f"({a} =!= undefined && {a} =!= 0)" for a in requests),
+                        "(CoSchedProgram =!= undefined)", f"({MALLEABLE_ATTR} =?= true)"])
 
 
 _JOB_ATTRS = [
@@ -57,7 +60,7 @@ _JOB_ATTRS = [
     "User", "AccountingGroup", "JobPrio", "VacateReason", "VacateReasonCode", "LastVacateTime", "EnteredCurrentStatus",
     PIN_SLOT_ATTR, PIN_CYCLE_ATTR, PIN_ORIGINAL_ATTR, PIN_LLC_WAYS_ATTR, PIN_MEM_BW_ATTR, PIN_SCALE_ATTR,
     PIN_TIME_ATTR, PIN_REASON_ATTR, MALLEABLE_ATTR, PIN_MATE_ATTR, PIN_MATE_INCREASE_ATTR, PIN_MATE_BASE_ATTR,
-    PIN_GUEST_ATTR,
+    PIN_GUEST_ATTR, *GPU_JOB_ATTRS,
 ]
 
 

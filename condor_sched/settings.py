@@ -9,8 +9,11 @@ from condor_sched import options
 from condor_sched.device_kinds import device_kinds
 from condor_sched.edits import CHUNK_JOBS, MAX_CHUNK_JOBS
 from condor_sched.policies.base import PlanSettings, PolicyKind, policy_names
+from condor_sched.policies.gpu_policies import gpu_policy_names
 
 
+#: The GPU policy of a pool that sets no COSCHED_GPU_POLICY (issue 13; docs/results.md says why).
+DEFAULT_GPU_POLICY = "fgd-pack"
 #: The node-sharing policy a live pool runs (paper 001's SD-Policy, ``condor_sched.node_sharing``).
 LIVE_NODE_POLICY = "sd"
 
@@ -24,6 +27,9 @@ class SidecarSettings:
     policy: str = "lp-pack"  # fast at any queue size (issue 11); policies/packed.py says why
     spread_policy: str = "sns"
     node_policy: str = "sd"  # malleable jobs only (+CoSchedMalleable); "none" leaves them to HTCondor
+    #: The policy of the ``gpu`` device kind (issue 13; policies/gpu_policies.py): ``simulate``
+    #: uses it for openb workloads without ``--policy``.
+    gpu_policy: str = DEFAULT_GPU_POLICY
     profile_dir: str = ""
     profile_runs_dir: str = ""
     unpin_age_cycles: int = 3
@@ -38,6 +44,7 @@ _KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
     "COSCHED_POLICY": ("policy", str),
     "COSCHED_SPREAD_POLICY": ("spread_policy", str),
     "COSCHED_NODE_POLICY": ("node_policy", str),
+    "COSCHED_GPU_POLICY": ("gpu_policy", str),
     "COSCHED_PROFILE_DIR": ("profile_dir", str),
     "COSCHED_PROFILE_RUNS_DIR": ("profile_runs_dir", str),
     "COSCHED_UNPIN_AGE_CYCLES": ("unpin_age_cycles", int),
@@ -97,6 +104,10 @@ def settings_from_knobs(knobs: Mapping[str, str]) -> SidecarSettings:
     if settings.node_policy not in ("none", LIVE_NODE_POLICY):
         raise SettingsError(f"COSCHED_NODE_POLICY = {settings.node_policy!r}: use {LIVE_NODE_POLICY} or none "
                             "(backfill is a simulator baseline: HTCondor holds no reservations)")
+    gpu = gpu_policy_names()
+    if settings.gpu_policy != "none" and settings.gpu_policy not in gpu:
+        raise SettingsError(f"COSCHED_GPU_POLICY = {settings.gpu_policy!r} is not a GPU policy; known: none, "
+                            f"{', '.join(gpu)}")
     if settings.cycle_source not in ("negotiator", "interval"):
         raise SettingsError(f"COSCHED_CYCLE_SOURCE = {settings.cycle_source!r}: use negotiator or interval")
     if settings.plan.thread_overcommit != 1.0:

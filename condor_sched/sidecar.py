@@ -16,7 +16,7 @@ import classad2
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Protocol
 
-from condor_sched.cycle import CycleConfig, CycleDecision, CycleMemory, Pin, covered, decide_cycle
+from condor_sched.cycle import CycleConfig, CycleDecision, CycleMemory, Hold, Pin, covered, decide_cycle
 from condor_sched.node_sharing import GuestPin, guest_unpin_writes
 from condor_sched.edits import (
     CHUNK_JOBS,
@@ -118,11 +118,12 @@ def apply_cycle(decision: CycleDecision, editor: Editor,
             log.warning("could not %s job %s: %s", what, job, why)
         return applied.done
 
-    reasons = {u.job: u.reason for u in decision.unpins}
-    for job in run("unpin", [unpin_change(u.job) for u in decision.unpins]):
+    gpu = decision.gpu_sharing
+    reasons = {u.job: u.reason for u in decision.unpins} | dict(gpu.unpins)
+    for job in run("unpin", [unpin_change(u.job) for u in decision.unpins] + [unpin_change(k) for k, _ in gpu.unpins]):
         outcome.unpinned += 1
         log.info("unpinned %s: %s", job, reasons[job])
-    for h in decision.holds:
+    for h in (*decision.holds, *(Hold(k, r) for k, r in gpu.holds)):
         if should_stop is not None and should_stop():
             outcome.left_on_stop += 1
             continue
@@ -139,15 +140,22 @@ def apply_cycle(decision: CycleDecision, editor: Editor,
     for job in run("unpin guest", [JobChange(k, guest_unpin_writes()) for k, _ in sharing.unpins]):
         outcome.unpinned += 1
         log.info("unpinned guest %s: %s", job, guest_unpin_reasons[job])
-    enrolled = set(run("enroll", [enroll_change(e.job, e.requirements) for e in decision.enrolls]))
+    enrolls = [*((e.job, e.requirements) for e in decision.enrolls), *gpu.enrolls]
+    enrolled = set(run("enroll", [enroll_change(k, requirements) for k, requirements in enrolls]))
     outcome.enrolled = len(enrolled)
-    not_enrolled = {e.job for e in decision.enrolls} - enrolled  # failed or left: never pinned
+    not_enrolled = {k for k, _ in enrolls} - enrolled  # failed or left: never pinned
     slots = {p.job: p.slot for p in decision.pins}
     pinned = run("pin", [pin_change(p.job, p.slot, decision.cycle, int(now), pin_details(p))
                          for p in decision.pins if p.job not in not_enrolled])
     for job in pinned:
         outcome.pinned += 1
         log.info("pinned %s to %s", job, slots[job])
+    gpu_pins = {p.job: p for p in gpu.pins if p.job not in not_enrolled}
+    gpu_pinned = run("pin", [p.change(decision.cycle, now) for p in gpu_pins.values()])
+    for job in gpu_pinned:
+        outcome.pinned += 1
+        log.info("pinned %s to GPUs %s of %s", job, ",".join(map(str, gpu_pins[job].gpus)), gpu_pins[job].slot)
+    failed_jobs |= {p.job for p in gpu.pins} - set(gpu_pinned)
     # A mate is lengthened before its guest is pinned: a guest never runs beside a mate whose
     # limit did not grow. A mate is restored only after its guest's pin is gone.
     lengthened = set(run("lengthen mate", [JobChange(m.job, m.writes) for m in sharing.lengthen]))

@@ -9,7 +9,8 @@ its experiments (``experiments/run_scripts/generate_run_scripts.py``):
 
 * ``random-fit``, ``best-fit``, ``dot-product``, ``gpu-packing``, ``gpu-clustering``:
   :mod:`condor_sched.policies.gpu_baselines`;
-* ``fgd`` (fragmentation gradient descent): :mod:`condor_sched.policies.fgd`.
+* ``fgd`` (fragmentation gradient descent): :mod:`condor_sched.policies.fgd`;
+* ``fgd-pack`` (ours: FGD's score, ties to the fullest node): :mod:`condor_sched.policies.fgd_pack`.
 
 What they share is here: the simulator's scheduler scores every feasible node with one score
 plugin (integer scores, ``int64`` truncation included, since it makes ties), takes the
@@ -98,8 +99,8 @@ def gpu_policy_names() -> list[str]:
 
 
 def _registry() -> dict[str, Callable[[], GpuPolicy]]:
-    from condor_sched.policies import fgd, gpu_baselines
-    return {**gpu_baselines.BASELINES, "fgd": fgd.FgdPolicy}
+    from condor_sched.policies import fgd, fgd_pack, gpu_baselines
+    return {**gpu_baselines.BASELINES, "fgd": fgd.FgdPolicy, "fgd-pack": fgd_pack.FgdPackPolicy}
 
 
 # --- shared by the policies -----------------------------------------------------------------

@@ -18,6 +18,9 @@ from condor_sched.policies.sd import DEFAULT_MAX_SLOWDOWN, DEFAULT_MAX_SLOWDOWN_
 from condor_sched.simulate.cpu_jobs import parse_max_slowdown, read_swf_nodes, simulate_node_policy
 from condor_sched.simulate.offload import MODELS
 from condor_sched.simulate.study import simulate_report, spec_for
+from condor_sched.settings import SidecarSettings
+from condor_sched.simulate.gpu_study import MAX_BATCH, PROTOCOLS, is_openb, simulate_openb
+from condor_sched.simulate.openb import OpenbError
 from condor_sched.simulate.workloads import MAX_WORKLOAD_JOBS, WorkloadError, default_jobs, is_builtin
 
 #: Exit codes scripts can rely on.
@@ -44,7 +47,9 @@ _KEYS = ("makespan_s", "mean_wait_s", "mean_turnaround_s", "mean_slowdown", "thr
 @click.option("--nodes", type=bounded_int(1, MAX_NODES), default=None,
               help="Nodes: K one-Phi (sns-random: dual-Xeon) nodes (default 8), or the first K nodes of "
                    "--inventory (default all).")
-@click.option("--policy", default="knapsack", show_default=True, help="A registered policy name.")
+@click.option("--policy", default=None,
+              help="A registered policy name (default: knapsack; an openb workload: the sidecar's "
+                   "COSCHED_GPU_POLICY default, so the figures are what an admin gets).")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seeds the workload and the policy.")
 @click.option("--inventory", "inventory_path", type=click.Path(dir_okay=False), default=None,
               help="Node inventory YAML (as the local pool's); default: paper 002's one-Phi nodes.")
@@ -52,8 +57,14 @@ _KEYS = ("makespan_s", "mean_wait_s", "mean_turnaround_s", "mean_slowdown", "thr
               help="Run M independently seeded sequences and report their means.")
 @click.option("--footprint-against", "footprint_against", default=None, metavar="P0",
               help="Also report the fewest nodes at which --policy matches P0's makespan on --nodes.")
-@click.option("--cycle-s", "cycle_s", type=BoundedFloat(MIN_CYCLE_S, MAX_CYCLE_S), default=DEFAULT_CYCLE_S,
-              show_default=True, help="Negotiation interval (HTCondor's NEGOTIATOR_INTERVAL).")
+@click.option("--cycle-s", "cycle_s", type=BoundedFloat(MIN_CYCLE_S, MAX_CYCLE_S), default=None,
+              help=f"Negotiation interval (HTCondor's NEGOTIATOR_INTERVAL; default {DEFAULT_CYCLE_S:g}).")
+@click.option("--protocol", type=click.Choice(PROTOCOLS), default=None,
+              help="openb workloads: the FGD paper's inflation protocol (default) or a replay of the "
+                   "trace's arrivals and durations.")
+@click.option("--batch", type=bounded_int(1, MAX_BATCH), default=None,
+              help="openb inflation protocol: tasks planned per negotiation cycle (default 1, the "
+                   "paper's online arrival).")
 @click.option("--age-limit-cycles", "age_limit_cycles", type=AGE_CYCLES, default=None,
               help="The policies' aging limit (PlanSettings.age_limit_cycles; default: the sidecar's); "
                    "also the spread policies' unless --spread-age-limit-cycles is given. "
@@ -87,7 +98,8 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
                      inventory_path: str | None, sequences: int | None, footprint_against: str | None,
                      cycle_s: float, age_limit_cycles: int | None, spread_age_limit_cycles: int | None,
                      thread_overcommit: float, offload_model: str, cores_per_node: int | None,
-                     max_slowdown: str | None, runtime_model: str, as_json: bool, plot_dir: str | None) -> None:
+                     max_slowdown: str | None, runtime_model: str, as_json: bool, plot_dir: str | None,
+                     protocol: str | None, batch: int | None) -> None:
     """Simulate a workload under a policy on a simulated pool.
 
     \b
@@ -103,7 +115,23 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
     Example (the same on the paper's baseline, SLURM's backfill at its defaults):
       condor-sched simulate --workload RICC-2010-2-midseptember.swf --cores-per-node 8 \\
           --nodes 1024 --policy slurm-sd --max-slowdown unbounded --json
+    Example (the FGD paper's protocol on Alibaba's openb GPU trace, 10 seeds, 128-task cycles):
+      condor-sched simulate --workload openb:openb_pod_list_default.csv \\
+          --inventory openb:openb_node_list_gpu_node.csv --protocol inflation --policy fgd \\
+          --seed 0 --sequences 10 --batch 128 --json
     """
+    if is_openb(workload) or is_openb(inventory_path):
+        refused = [name for name, given in (("--jobs", jobs), ("--nodes", nodes), ("--cores-per-node", cores_per_node),
+                                            ("--footprint-against", footprint_against), ("--plot", plot_dir),
+                                            ("--max-slowdown", max_slowdown)) if given is not None]
+        _simulate_openb(workload, inventory_path, protocol or "inflation", policy, seed, batch, sequences, cycle_s,
+                        refused, as_json)
+        return
+    if protocol is not None or batch is not None:
+        raise BadInput("--protocol and --batch belong to openb workloads (--workload openb:PODS.csv "
+                       "--inventory openb:NODES.csv)")
+    policy = policy or "knapsack"
+    cycle_s = DEFAULT_CYCLE_S if cycle_s is None else cycle_s
     if cores_per_node is not None or max_slowdown is not None or policy in policy_names(PolicyKind.NODE):
         _simulate_node_jobs(workload, jobs, nodes, policy, cores_per_node, max_slowdown, runtime_model, as_json)
         return
@@ -153,6 +181,32 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
         if key in report:
             value = report[key]
             click.echo(f"  {key:26} {value:.3f}" if isinstance(value, float) else f"  {key:26} {value}")
+
+
+def _simulate_openb(workload: str, inventory: str | None, protocol: str, policy: str | None, seed: int,
+                    batch: int | None, sequences: int | None, cycle_s: float | None, refused: list[str],
+                    as_json: bool) -> None:
+    """``simulate`` on the openb GPU trace (simulate/gpu_study.py)."""
+    try:
+        if refused:
+            raise ValueError(f"{', '.join(refused)}: not for an openb run (the trace gives the tasks and the nodes)")
+        if protocol == "inflation" and cycle_s is not None:
+            raise ValueError("--cycle-s belongs to --protocol replay; the inflation protocol takes --batch")
+        if protocol == "replay" and batch is not None:
+            raise ValueError("--batch belongs to --protocol inflation; the replay takes --cycle-s")
+        policy = policy or SidecarSettings().gpu_policy
+        report = simulate_openb(workload, inventory, protocol, policy, seed, batch or 1, sequences,
+                                DEFAULT_CYCLE_S if cycle_s is None else cycle_s)
+    except (OpenbError, PolicyError, ValueError) as e:
+        raise BadInput(str(e)) from None
+    if as_json:
+        click.echo(to_json(report))
+        return
+    click.echo(f"{report['workload']} on {report['inventory']}: {report['tasks']} tasks, {report['nodes']} nodes, "
+               f"{report['gpus']} GPUs, policy {policy}, protocol {protocol}")
+    for key, value in report.items():
+        if isinstance(value, (int, float)) and key not in ("tasks", "nodes", "gpus"):
+            click.echo(f"  {key:28} {value:.3f}" if isinstance(value, float) else f"  {key:28} {value}")
 
 
 def _simulate_node_jobs(workload: str, jobs: int | None, nodes: int | None, policy: str, cores_per_node: int | None,

@@ -1,0 +1,200 @@
+"""GPU sharing on a live pool (``condor_sched.gpu_sharing``, issue 13): from ClassAds as a pool
+shows them, through ``decide_cycle``, to the edits the sidecar writes (a recording editor)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import classad2
+import pytest
+
+from condor_sched.classads import state_from_ads
+from condor_sched.cycle import CycleConfig, CycleMemory, decide_cycle
+from condor_sched.model import JobKey
+from condor_sched.settings import SettingsError, settings_from_knobs
+from condor_sched.sidecar import apply_cycle
+from test_sidecar import RecordingEditor
+
+SCHEDD = "schedd@test"
+NOW = 1_000_000
+
+
+def gpu_node_ad(node: str, *, gpus: int = 2, model: str = "Tesla T4", memory: int = 15360, cpus: int = 16,
+                free_cpus: int | None = None, used: dict[int, tuple[int, int]] | None = None,
+                children: list[str] | None = None, **extra) -> classad2.ClassAd:
+    """A GPU node's partitionable slot as discover.py configures it; ``used`` maps a GPU index
+    to the (compute, memory) its claims hold."""
+    machine = f"{node}.test"
+    ad = classad2.ClassAd({"Name": f"slot1@{machine}", "Machine": machine, "PartitionableSlot": True,
+                           "Arch": "X86_64", "LastHeardFrom": NOW, "TotalSlotCpus": cpus,
+                           "Cpus": cpus if free_cpus is None else free_cpus, "TotalSlotMemory": 65536,
+                           "Memory": 65536, "State": "Unclaimed", "CoSchedGPUNode": True, "CoSchedGPUCount": gpus})
+    for k in range(gpus):
+        compute, mem = (used or {}).get(k, (0, 0))
+        ad.update({f"CoSchedGPU{k}Uuid": f"GPU-{node}-{k}", f"CoSchedGPU{k}DeviceName": model,
+                   f"CoSchedGPU{k}Capability": 7.5, f"TotalSlotCoSchedGPU{k}Memory": memory,
+                   f"CoSchedGPU{k}Memory": memory - mem, f"TotalSlotCoSchedGPU{k}Compute": 1000,
+                   f"CoSchedGPU{k}Compute": 1000 - compute})
+    if children is not None:
+        ad["ChildName"] = children
+    ad.update(extra)
+    return ad
+
+
+def gpu_job(proc: int, *, compute: int | None = 250, memory: int | None = 4000, gpus: int | None = None,
+            owner: str = "alice", status: int = 1, qdate: int | None = None, **extra) -> classad2.ClassAd:
+    ad = classad2.ClassAd({"ClusterId": 1, "ProcId": proc, "Owner": owner, "JobStatus": status,
+                           "QDate": NOW - 10_000 + proc if qdate is None else qdate, "GlobalJobId": f"{SCHEDD}#1.{proc}#1",
+                           "Cmd": "/bin/train", "RequestCpus": 2, "RequestMemory": 4096,
+                           "Requirements": classad2.ExprTree("TARGET.Cpus >= RequestCpus")})
+    for attr, value in (("RequestGPUCompute", compute), ("RequestGPUMemory", memory), ("RequestGPUs", gpus)):
+        if value is not None:
+            ad[attr] = value
+    ad.update(extra)
+    return ad
+
+
+def decide(jobs, slots, cycle=5, knobs=None):
+    state = replace(state_from_ads({SCHEDD: jobs}, slots), observed_at_s=NOW)
+    config = CycleConfig.from_settings(settings_from_knobs({"COSCHED_GPU_POLICY": "best-fit", **(knobs or {})}))
+    return decide_cycle(state, CycleMemory(cycle), config)
+
+
+def key(proc: int) -> JobKey:
+    return JobKey(SCHEDD, 1, proc)
+
+
+def pins_of(decision):
+    return {p.job.proc: (p.slot, p.gpus) for p in decision.gpu_sharing.pins}
+
+
+def test_shares_of_one_owner_pack_one_gpu_and_the_pin_writes_the_slot_last():
+    d = decide([gpu_job(0), gpu_job(1), gpu_job(2, compute=500, memory=6000)], [gpu_node_ad("node1")])
+    pins = pins_of(d)
+    assert pins == {0: ("slot1@node1.test", (0,)), 1: ("slot1@node1.test", (0,)), 2: ("slot1@node1.test", (0,))}
+    assert {p.job.proc: (p.memory_mb, p.compute) for p in d.gpu_sharing.pins} == {0: (4000, 250), 1: (4000, 250),
+                                                                                 2: (6000, 500)}
+    assert {k.proc for k, _ in d.gpu_sharing.enrolls} == {0, 1, 2}
+    assert "pinned to GPU 0 of slot1@node1.test" in d.reasons[key(0)]
+    editor = RecordingEditor()
+    apply_cycle(d, editor, now=NOW)
+    writes = [e.attr for e in editor.edits if key(2) in e.jobs and e.attr != "CoSchedPinReason"]
+    assert writes.index("Requirements") < writes.index("CoSchedPinGPUs") < writes.index("CoSchedPinSlot")
+    assert writes[-1] == "CoSchedPinSlot"
+    assert editor.attrs[key(2)]["CoSchedPinGPUs"] == "0"
+    assert editor.attrs[key(2)]["CoSchedPinGPUMemory"] == 6000
+    assert editor.attrs[key(2)]["CoSchedPinGPUCompute"] == 500
+
+
+def test_a_gpu_never_holds_shares_of_two_owners():
+    d = decide([gpu_job(0, owner="alice"), gpu_job(1, owner="bob")], [gpu_node_ad("node1")])
+    gpus = {proc: g for proc, (_, g) in pins_of(d).items()}
+    assert gpus[0] != gpus[1]
+    # bob's share runs on GPU 0: alice's new share goes to the other GPU, bob's joins it
+    running = gpu_job(2, owner="bob", status=2, RemoteHost="slot1_1@node1.test", JobCurrentStartDate=NOW - 60,
+                      CoSchedPinGPUs="0", CoSchedPinSlot="slot1@node1.test")
+    d = decide([running, gpu_job(3, owner="alice"), gpu_job(4, owner="bob")],
+               [gpu_node_ad("node1", used={0: (250, 4000)}, children=["slot1_1@node1.test"])])
+    assert pins_of(d) == {3: ("slot1@node1.test", (1,)), 4: ("slot1@node1.test", (0,))}
+
+
+def test_compute_and_memory_of_every_gpu_are_never_oversubscribed():
+    jobs = [gpu_job(i, compute=400, memory=3000) for i in range(6)] + [gpu_job(9, compute=100, memory=14000)]
+    d = decide(jobs, [gpu_node_ad("node1", gpus=2)])
+    per_gpu: dict[int, list[int]] = {}
+    for p in d.gpu_sharing.pins:
+        per_gpu.setdefault(p.gpus[0], []).append(p.job.proc)
+    for gpu, procs in per_gpu.items():
+        compute = sum(400 if p != 9 else 100 for p in procs)
+        memory = sum(3000 if p != 9 else 14000 for p in procs)
+        assert compute <= 1000 and memory <= 15360, (gpu, procs)
+    placed = {p.job.proc for p in d.gpu_sharing.pins}
+    assert len(placed) < 7
+    for proc in (set(range(6)) | {9}) - placed:
+        assert d.reasons[key(proc)].startswith("waiting: no GPU node has")
+
+
+def test_whole_gpu_jobs_take_idle_gpus_of_one_node():
+    d = decide([gpu_job(0, compute=None, memory=None, gpus=2), gpu_job(1, compute=None, memory=None, gpus=1)],
+               [gpu_node_ad("node1", gpus=2, used={1: (250, 4000)}), gpu_node_ad("node2", gpus=4)])
+    pins = pins_of(d)
+    assert pins[0][0] == "slot1@node2.test" and len(pins[0][1]) == 2
+    (whole,) = [p for p in d.gpu_sharing.pins if p.job == key(0)]
+    assert whole.compute == 1000 and whole.memory_mb == 15360  # the whole GPU's memory
+    assert pins[1] == ("slot1@node1.test", (0,))  # the idle GPU; GPU 1 holds a share
+
+
+def test_a_kept_pin_holds_its_share_and_a_stale_one_is_unpinned_with_the_reason():
+    kept = gpu_job(0, compute=800, memory=4000, CoSchedPinSlot="slot1@node1.test", CoSchedPinGPUs="0",
+                   CoSchedPinCycle=4, Requirements=classad2.ExprTree("TARGET.Name =?= MY.CoSchedPinSlot"))
+    stale = gpu_job(1, CoSchedPinSlot="slot1@node1.test", CoSchedPinGPUs="0", CoSchedPinCycle=1)
+    elsewhere = gpu_job(4, CoSchedPinSlot="slot1@node1.test", CoSchedPinGPUs="1", CoSchedPinCycle=4)
+    gone = gpu_job(2, CoSchedPinSlot="slot1@node9.test", CoSchedPinGPUs="0", CoSchedPinCycle=4)
+    d = decide([kept, stale, gone, elsewhere, gpu_job(3, compute=500)], [gpu_node_ad("node1", gpus=1)])
+    assert d.gpu_sharing.kept == (key(0),)
+    unpins = dict(d.gpu_sharing.unpins)
+    assert "not matched within 3 cycles" in unpins[key(1)] and "vanished" in unpins[key(2)]
+    assert "names GPUs (1,)" in unpins[key(4)]
+    assert 3 not in pins_of(d)  # 800 + 500 > 1000 on the one GPU
+    editor = RecordingEditor()
+    apply_cycle(d, editor, now=NOW)
+    assert editor.attrs[key(1)]["CoSchedPinGPUs"] is None and editor.attrs[key(1)]["CoSchedPinSlot"] is None
+
+
+def test_kept_pins_beyond_a_gpus_totals_are_unpinned_newest_first():
+    a = gpu_job(0, compute=700, CoSchedPinSlot="slot1@node1.test", CoSchedPinGPUs="0", CoSchedPinCycle=3)
+    b = gpu_job(1, compute=700, CoSchedPinSlot="slot1@node1.test", CoSchedPinGPUs="0", CoSchedPinCycle=4)
+    d = decide([a, b], [gpu_node_ad("node1", gpus=1)])
+    assert d.gpu_sharing.kept == (key(0),)
+    assert "cannot hold it with the pins kept before it" in dict(d.gpu_sharing.unpins)[key(1)]
+
+
+def test_a_claim_the_ad_does_not_show_yet_is_not_given_away():
+    running = gpu_job(0, compute=900, status=2, RemoteHost="slot1_1@node1.test", JobCurrentStartDate=NOW - 5,
+                      CoSchedPinGPUs="0", CoSchedPinSlot="slot1@node1.test")
+    d = decide([running, gpu_job(1, compute=500)], [gpu_node_ad("node1", gpus=1, children=[])])
+    assert pins_of(d) == {}
+    d = decide([running, gpu_job(1, compute=100, memory=1000)], [gpu_node_ad("node1", gpus=1, children=[])])
+    assert pins_of(d) == {1: ("slot1@node1.test", (0,))}
+
+
+def test_require_gpus_limits_the_models():
+    jobs = [gpu_job(0, RequireGPUs=classad2.ExprTree('DeviceName == "NVIDIA A100"')),
+            gpu_job(1, RequireGPUs=classad2.ExprTree("Capability >= 8.0")), gpu_job(2)]
+    d = decide(jobs, [gpu_node_ad("node1", model="Tesla T4"),
+                      gpu_node_ad("node2", model="NVIDIA A100", **{"CoSchedGPU0Capability": 8.0,
+                                                                  "CoSchedGPU1Capability": 8.0})])
+    pins = pins_of(d)
+    assert pins[0][0] == "slot1@node2.test" and pins[1][0] == "slot1@node2.test"
+
+
+def test_a_job_no_gpu_node_can_hold_is_held_with_the_reason_and_bad_requests_are_named():
+    d = decide([gpu_job(0, compute=None, memory=None, gpus=4), gpu_job(1, memory=40000),
+                gpu_job(2, compute=300, gpus=2), gpu_job(3, compute="lots")], [gpu_node_ad("node1", gpus=2)])
+    holds = dict(d.gpu_sharing.holds)
+    assert "no GPU node has more than 2 GPUs" in holds[key(0)]
+    assert "the largest GPU has 15360 MB" in holds[key(1)]
+    skipped = {s.job: s.reason for s in d.skipped}
+    assert "RequestGPUCompute" in skipped[key(2)] and "of one GPU" in skipped[key(2)]
+    assert "RequestGPUCompute" in skipped[key(3)]
+    assert {h.job for h in d.holds} == {key(2), key(3)}
+    assert pins_of(d) == {}
+
+
+def test_no_gpu_node_in_the_pool_leaves_gpu_jobs_waiting_not_held():
+    d = decide([gpu_job(0)], [])
+    assert d.gpu_sharing.holds == () and "no GPU node slot" in d.reasons[key(0)]
+
+
+def test_gpu_policy_none_leaves_gpu_jobs_alone_and_an_unknown_one_is_refused():
+    d = decide([gpu_job(0)], [gpu_node_ad("node1")], knobs={"COSCHED_GPU_POLICY": "none"})
+    assert d.gpu_sharing.pins == () and key(0) not in d.reasons
+    with pytest.raises(SettingsError, match="COSCHED_GPU_POLICY"):
+        settings_from_knobs({"COSCHED_GPU_POLICY": "knapsack"})
+
+
+def test_device_and_cpu_jobs_are_untouched_by_gpu_sharing():
+    cpu = classad2.ClassAd({"ClusterId": 2, "ProcId": 0, "Owner": "alice", "JobStatus": 1, "QDate": NOW,
+                            "RequestCpus": 1, "RequestMemory": 100, "Cmd": "/bin/x"})
+    d = decide([cpu, gpu_job(0)], [gpu_node_ad("node1")])
+    assert {p.job for p in d.gpu_sharing.pins} == {key(0)}
+    assert JobKey(SCHEDD, 2, 0) not in d.reasons
