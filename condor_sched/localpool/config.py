@@ -50,6 +50,7 @@ def custom_resources(gpus_per_node: int = 0) -> tuple[str, ...]:
     """The custom resources every startd declares: each device kind's two, LLC ways, bandwidth,
     and on a pool with GPU nodes every GPU index's CoSchedGPU<k>Memory and CoSchedGPU<k>Compute."""
     gpu = tuple(f"CoSchedGPU{k}{what}" for k in range(gpus_per_node) for what in ("Memory", "Compute"))
+    gpu += ("GPUs",) if gpus_per_node else ()   # HTCondor's own, a plain count on GPU nodes (config.d/20)
     return (*(a for k in device_kinds() for a in (k.memory_attr, k.compute_attr)), "LLCWays", "MemBW", *gpu)
 
 
@@ -243,7 +244,12 @@ def render_node_daemons(node: Node, index: int, hooks: HookFiles, domain: str = 
     return "\n".join(lines) + "\n"
 
 
-def render_starter_wrapper(node: str, hooks: HookFiles) -> str:
+#: On a GPU node the starter's own GPU variables go to this one, not CUDA_VISIBLE_DEVICES,
+#: which the PREPARE_JOB hook sets (config.d/20).
+GPU_NODE_STARTER_ENV = ("ENVIRONMENT_FOR_AssignedGPUs", "COSCHED_HTCONDOR_ASSIGNED_GPUS")
+
+
+def render_starter_wrapper(node: str, hooks: HookFiles, gpu_node: bool = False) -> str:
     """The node's starter: its own log, its node config for hooks, then condor_starter."""
     lines = [
         "#!/bin/sh",
@@ -251,6 +257,8 @@ def render_starter_wrapper(node: str, hooks: HookFiles) -> str:
         f"export _CONDOR_STARTER_LOG={CONDOR_LOG_DIR}/StarterLog.{node}",
         f"export COSCHED_NODE_CONFIG={node_config_path(node)}",
     ]
+    if gpu_node:
+        lines.append(f"export _CONDOR_{GPU_NODE_STARTER_ENV[0]}={GPU_NODE_STARTER_ENV[1]}")
     if hooks.prepare_job:
         lines.append(f"export _CONDOR_COSCHED_HOOK_PREPARE_JOB={prepare_job_wrapper_path(node)}")
     lines.append('exec /usr/sbin/condor_starter "$@"')

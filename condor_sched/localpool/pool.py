@@ -164,7 +164,7 @@ def _install_config(settings: PoolSettings, inventory: Inventory, hooks: config.
         _write(settings.in_root(config.node_config_path(node.name)),
                json.dumps(node_config(node, config.DOMAIN), indent=2) + "\n")
         _write(settings.in_root(config.starter_wrapper_path(node.name)),
-               config.render_starter_wrapper(node.name, hooks), 0o755)
+               config.render_starter_wrapper(node.name, hooks, bool(node.gpus)), 0o755)
         if hooks.prepare_job:
             _write(settings.in_root(config.prepare_job_wrapper_path(node.name)),
                    config.render_prepare_job_wrapper(node.name), 0o755)

@@ -191,14 +191,16 @@ class Agent:
                      f"{record.claim.slot}: {record.claim.compute} compute units, {record.claim.device_memory_mb} MB, "
                      f"units {placement.format_ranges(record.units)}")
         elif record.is_gpu:
-            if record.refused is None:
-                others = [r.claim for r in self.records.values() if r is not record and r.is_gpu and not r.refused]
+            if record.refused is None and not record.gpu_started:
+                # co-runners: the GPU jobs this agent let start (first come, first started)
+                others = [r.claim for r in self.records.values() if r is not record and r.gpu_started]
                 problem = gpu_watch.start_problem(self.config, record.claim, others)
                 if problem:
                     record.refused = problem
                     raise Refused(EXIT_OVERSUBSCRIBED, f"GPU node {self.config.node} ({record.claim.slot}): {problem}",
                                   record.claim.job)
-            else:
+                record.gpu_started = True
+            elif record.refused is not None:
                 raise Refused(EXIT_OVERSUBSCRIBED, f"GPU node {self.config.node} ({record.claim.slot}): "
                                                    f"{record.refused}", record.claim.job)
             self.save()

@@ -47,6 +47,7 @@ class Running:
     cpus: Optional[Tuple[int, ...]] = None  # node-slot and guest claims: the CPUs the agent gave it
     mate_key: Optional[str] = None         # guests: the record key of the node-slot claim it shares cores of
     cgroup: Optional[str] = None           # node-slot and guest claims: its cgroup, once found and checked
+    gpu_started: bool = False              # GPU claims: the agent let its job start (a co-runner on its GPUs)
 
     @property
     def key(self) -> str:
@@ -89,7 +90,8 @@ def _from_json(obj: Any) -> Running:
         starter_start=rules.count("starter_start", obj.get("starter_start"), 0, 2 ** 62),
         claim=claim, first_seen=rules.number("first_seen", obj.get("first_seen"), 0, 1e11),
         units=None if units is None else parse_units(units, claim.compute))
-    for name in ("uid", "shared", "co_runners", "verified", "last_seen", "samples", "perf", "killed", "refused"):
+    for name in ("uid", "shared", "co_runners", "verified", "last_seen", "samples", "perf", "killed", "refused",
+                 "gpu_started"):
         if name in obj:
             setattr(record, name, obj[name])
     cpus = obj.get("cpus")
