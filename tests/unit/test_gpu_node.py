@@ -524,3 +524,23 @@ def test_the_mps_daemon_is_started_once_with_the_node_configs_directories(tmp_pa
     mps.ensure({7: Proc(7, 1, 7, 0, 0, 1, "nvidia-cuda-mps")})       # running: left alone
     assert record.read_text().count("-d") == 1
     wait_for(lambda: True, "nothing")
+
+
+# --------------------------------------------------------------------------------------- schedd transform
+
+def _gpu_transform_sets() -> dict[str, str]:
+    text = (HOOKS.parent / "config.d" / "10-cosched-schedd.conf").read_text()
+    body = text.split("JOB_TRANSFORM_CoSchedGPU @=end", 1)[1].split("@end", 1)[0]
+    return dict(line.strip()[4:].split(" ", 1) for line in body.splitlines() if line.strip().startswith("SET "))
+
+
+def test_the_transform_makes_a_claim_take_exactly_the_pinned_gpus_shares():
+    # (evaluated by the schedd and startd on the local pool: tests/integration/test_gpu_sharing_live.py)
+    sets = _gpu_transform_sets()
+    for k in range(8):
+        for what in ("Memory", "Compute"):
+            assert sets[f"RequestCoSchedGPU{k}{what}"] == \
+                f'ifThenElse(StringListMember("{k}", CoSchedPinGPUs ?: ""), CoSchedPinGPU{what}, 0)'
+    for attr in ("CoSchedPinSlot", "CoSchedPinGPUs", "CoSchedPinGPUMemory", "CoSchedPinGPUCompute"):
+        assert sets[attr] == "undefined"
+    assert sets["Requirements"] == "($(MY.Requirements)) && (TARGET.Name =?= MY.CoSchedPinSlot)"
