@@ -16,7 +16,12 @@ root-only state dir (``state``). It
 - on a node-sharing node (issue 14, paper 001's mates and guests: a "node" slot and an
   overlapping "guest" slot), gives every node-slot claim its own CPUs and a guest k of its
   mate's, in the claims' cgroup v2 ``cpuset.cpus`` (``cpusets``), at the hook's question and
-  every interval, and publishes DIR/cpusets.json (whether it can, and the lent CPUs).
+  every interval, and publishes DIR/cpusets.json (whether it can, and the lent CPUs);
+- on a GPU node (issue 13) lets a GPU claim's job start only when its GPUs' memory holds the
+  claims of the jobs already started there and they are all one Owner's (MPS runs one server
+  per Linux user) unless the node runs every job under one execute account, keeps the MPS
+  control daemon running, and stops a job whose processes use more memory on a GPU than its
+  claim holds there (nvidia-smi's per-process memory; ``gpu_watch``).
 
 Exit codes: 0 stopped by SIGTERM/SIGINT or --once done; 2 bad arguments or node config;
 5 state dir unsafe, or another agent holds its lock.

@@ -1,5 +1,6 @@
 """The node config: the JSON ``condor_sched.inventory.node_config`` writes for one execute
-node (its slots, devices and their kinds, sockets and caches). Root-owned, read by every
+node (its slots, devices and their kinds, sockets and caches; a GPU node's one ``gpu-node``
+slot, its ``gpus`` and its ``mps`` directories). Root-owned, read by every
 node program; validated in full before use."""
 
 from __future__ import annotations

@@ -16,7 +16,11 @@ is ``micinfo``). Prints config lines prefixed with the startd's local name
 - machine totals (NUM_CPUS, MEMORY, MACHINE_RESOURCE_*), which are the sums (a GUEST slot's
   cores and memory are counted twice: that is what makes it overlap);
 - ``SLOT<n>_LLCCacheId`` (socket slots) and ``SLOT<n>_<device name attribute>`` (device
-  slots, e.g. ``PhiDeviceName``) for STARTD_ATTRS.
+  slots, e.g. ``PhiDeviceName``) for STARTD_ATTRS;
+- on a GPU node (issue 13, ``gpus`` in the node config) one partitionable slot of all cores and
+  memory and every GPU k's CoSchedGPU<k>Memory / CoSchedGPU<k>Compute, the GPUs' properties
+  (``render_gpu_node``), taken from ``nvidia-smi`` when it runs (or saved
+  ``condor_gpu_discovery -properties`` output), else from the node config.
 
 Every value read from the file or from micinfo is validated; bad input exits 2 with the
 reason on stderr and prints nothing.

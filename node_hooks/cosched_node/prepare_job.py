@@ -279,7 +279,10 @@ def gpu_lines(job_ad: Dict[str, object], machine_ad: Dict[str, object], config: 
         raise AdError(str(exc)) from None
     merge_environment(job_ad, [])   # a malformed Environment is refused before the agent is asked
     if shares:
-        reply = ask_agent(state_dir, ask)
+        try:
+            reply = ask_agent(state_dir, ask)
+        except Refusal as exc:
+            raise Refusal(exc.code, str(exc), "") from None
         if reply.get("kind") != "gpu" or reply.get("gpus") != [[g.index, g.memory_mb, g.compute] for g in shares]:
             raise Refusal(EXIT_NO_STATE, "the node agent does not know this start with the GPUs of its slot ad")
     variables = gpus.mps_environment(shares, [g.uuid for g in config.gpus], config.mps_pipe_directory)

@@ -544,3 +544,27 @@ def test_the_transform_makes_a_claim_take_exactly_the_pinned_gpus_shares():
     for attr in ("CoSchedPinSlot", "CoSchedPinGPUs", "CoSchedPinGPUMemory", "CoSchedPinGPUCompute"):
         assert sets[attr] == "undefined"
     assert sets["Requirements"] == "($(MY.Requirements)) && (TARGET.Name =?= MY.CoSchedPinSlot)"
+
+
+def test_the_hook_ignores_gpu_amounts_a_job_ad_claims_and_refuses_a_malformed_environment(gnode: GpuNode):
+    starter = gnode.claim("slot1_1", "40.0", {0: (4000, 250)})
+    hostile = ('ClusterId = 40\nProcId = 0\nRequestCoSchedGPU1Memory = 15360\nRequestCoSchedGPU1Compute = 1000\n'
+               'CoSchedPinGPUs = "0,1"\nEnvironment = "CUDA_VISIBLE_DEVICES=all CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100"\n')
+    code, out = gnode.prepare(starter, _machine("slot1_1", {0: (4000, 250)}), hostile)
+    env = dict(environment.parse_environment_v2(ads.ad_get(out, "Environment")))
+    assert code == 0 and env["CUDA_VISIBLE_DEVICES"] == U0 and env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    code, out = gnode.prepare(starter, _machine("slot1_1", {0: (4000, 250)}), "ClusterId = 40\nProcId = 0\n"
+                              "Environment = 3\n")
+    assert code == errors.EXIT_BAD_AD and ads.ad_get(out, "HookStatusCode") == 4
+    code, out = gnode.prepare(starter, 'Name = "slot1_1@othernode@othernode.cosched.test"\n')
+    assert code == errors.EXIT_BAD_CONFIG
+
+
+def test_a_refused_gpu_start_says_why_without_the_device_tail(gnode: GpuNode):
+    first = gnode.claim("slot1_1", "40.0", {0: (12000, 500)})
+    second = gnode.claim("slot1_2", "41.0", {0: (4000, 250)})
+    assert gnode.prepare(first, _machine("slot1_1", {0: (12000, 500)}))[0] == 0
+    code, out = gnode.prepare(second, _machine("slot1_2", {0: (4000, 250)}))
+    assert code == errors.EXIT_OVERSUBSCRIBED
+    assert ads.ad_get(out, "HookStatusMessage") == ("condor_sched: GPU node gnode (slot1_2): GPU 0 memory 12000+4000 MB "
+                                                    "> 15360 MB; back to idle for a new plan")
