@@ -18,6 +18,15 @@ Schema (units in the key names)::
             host_memory_mb: 1024 # optional, default 1024
             kind: phi            # optional, default phi: a registered device kind
                                  # (condor_sched.device_kinds)
+      - name: node6              # a GPU node (issue 13): no sockets, devices or node_sharing
+        cores: 8
+        memory_mb: 8192
+        gpus:                    # 1 to 8 NVIDIA GPUs (a MIG instance is one GPU here)
+          - name: gpu0           # [a-z][a-z0-9]*, unique within the node
+            uuid: GPU-5f1c...    # nvidia-smi's uuid (GPU-<hex/dashes>, or MIG-<...>), unique
+            model: Tesla T4      # nvidia-smi's name (DeviceName)
+            memory_mb: 15360     # GPU memory (GlobalMemoryMb)
+            capability: 7.5      # CUDA compute capability
 
 Slot layout (fixed once for every later issue): each device is one partitionable slot
 holding that device's memory and threads and its share of host cores and memory; each
@@ -43,7 +52,16 @@ DEVICE_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
 MAX_NODES = 10_000
 MAX_SOCKETS = 16
 MAX_DEVICES = 64
-NODE_KEYS = ("name", "cores", "memory_mb", "sockets", "devices", "node_sharing")
+NODE_KEYS = ("name", "cores", "memory_mb", "sockets", "devices", "node_sharing", "gpus")
+GPU_KEYS = ("name", "uuid", "model", "memory_mb", "capability")
+#: The most GPUs of a GPU node (config.d/10's transform covers CoSchedGPU0..7).
+MAX_GPUS_PER_NODE = 8
+#: nvidia-smi's GPU and MIG uuids: ``GPU-<8-4-4-4-12 hex>``, ``MIG-<uuid>`` (R470+) or
+#: ``MIG-GPU-<uuid>/<gi>/<ci>`` (older drivers).
+GPU_UUID = re.compile(r"^(GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
+                      r"|MIG-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
+                      r"|MIG-GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}/\d{1,2}/\d{1,2})$")
+GPU_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._()/+-]{0,63}$")
 SOCKET_KEYS = ("llc_ways", "mem_bw_gbs")
 DEVICE_KEYS = ("name", "memory_mb", "hardware_threads", "host_cores", "host_memory_mb", "kind")
 
@@ -72,6 +90,18 @@ class Device:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """One NVIDIA GPU (or MIG instance) of a GPU node: index k of the node's ``gpus`` list is
+    its ``CoSchedGPU<k>*`` resources and attributes."""
+
+    name: str
+    uuid: str
+    model: str
+    memory_mb: int
+    capability: float
+
+
+@dataclass(frozen=True, slots=True)
 class Node:
     name: str
     cores: int
@@ -81,6 +111,9 @@ class Node:
     #: Paper 001's live mapping: one NODE slot of the host's cores and its overlapping GUEST
     #: slot instead of socket slots (README, "SD-Policy: the live mapping").
     node_sharing: bool = False
+    #: A GPU node (issue 13): one partitionable slot of all cores and memory and every GPU's
+    #: memory and compute; such a node has no sockets, devices or node_sharing.
+    gpus: tuple[GpuSpec, ...] = ()
 
     def host_share(self) -> tuple[int, int]:
         """(cores, memory_mb) the devices' host shares leave."""
@@ -91,6 +124,8 @@ class Node:
         """(cores, memory_mb) of each socket slot: what the devices leave, split evenly."""
         cores, memory = self.host_share()
         n = len(self.sockets)
+        if n == 0:   # a GPU node
+            return []
         return [(cores // n + (1 if i < cores % n else 0), memory // n) for i in range(n)]
 
 
@@ -117,6 +152,8 @@ def _parse_node(where: str, raw: Any) -> Node:
         raise InventoryError(f"{where}: 'name' must match {NODE_NAME.pattern}, got {shown(name)}")
     where = f"{where} ({name})"
     check_keys(where, raw, NODE_KEYS, InventoryError)
+    if raw.get("gpus") is not None:
+        return _parse_gpu_node(where, name, raw)
     sockets_raw = raw.get("sockets")
     if not isinstance(sockets_raw, list) or not 1 <= len(sockets_raw) <= MAX_SOCKETS:
         raise InventoryError(f"{where}: 'sockets' must be a list of 1 to {MAX_SOCKETS} sockets")
@@ -165,6 +202,35 @@ def _parse_node(where: str, raw: Any) -> Node:
         if cores < 1 or memory < 1:
             raise InventoryError(f"{where}: devices' host_cores/host_memory_mb leave socket {i} no cores or memory")
     return node
+
+
+def _parse_gpu_node(where: str, name: str, raw: dict[str, Any]) -> Node:
+    """A GPU node: cores, memory and 1 to MAX_GPUS_PER_NODE GPUs, nothing else."""
+    mixed = [k for k in ("sockets", "devices", "node_sharing") if k in raw]
+    if mixed:
+        raise InventoryError(f"{where}: a GPU node (with 'gpus') has no {', '.join(repr(k) for k in mixed)}: "
+                             "its one slot holds all its cores, memory and GPUs")
+    gpus_raw = raw["gpus"]
+    if not isinstance(gpus_raw, list) or not 1 <= len(gpus_raw) <= MAX_GPUS_PER_NODE:
+        raise InventoryError(f"{where}: 'gpus' must be a list of 1 to {MAX_GPUS_PER_NODE} GPUs")
+    gpus = []
+    for i, g in enumerate(gpus_raw):
+        gw = f"{where} gpu {i}"
+        if not isinstance(g, dict):
+            raise InventoryError(f"{gw}: must be a mapping")
+        check_keys(gw, g, GPU_KEYS, InventoryError)
+        for key, pattern in (("name", DEVICE_NAME), ("uuid", GPU_UUID), ("model", GPU_MODEL)):
+            value = g.get(key)
+            if not isinstance(value, str) or not pattern.match(value):
+                raise InventoryError(f"{gw}: '{key}' must match {pattern.pattern}, got {shown(value)}")
+        capability = checked_number(gw, g, "capability", float, 1.0, InventoryError, maximum=99.9)
+        gpus.append(GpuSpec(g["name"], g["uuid"], g["model"], _number(gw, g, "memory_mb", int, 1),
+                            round(float(capability), 1)))
+    for key in ("name", "uuid"):
+        if len({getattr(g, key) for g in gpus}) != len(gpus):
+            raise InventoryError(f"{where}: GPU {key}s repeat")
+    return Node(name=name, cores=_number(where, raw, "cores", int, 1),
+                memory_mb=_number(where, raw, "memory_mb", int, 1), sockets=(), gpus=tuple(gpus))
 
 
 def _flag(where: str, raw: dict[str, Any], key: str) -> bool:
@@ -246,12 +312,24 @@ def node_slots(node: Node, domain: str) -> list[Slot]:
     return slots
 
 
+#: Where a GPU node's MPS control daemon keeps its pipes and logs (root-created, in the node config).
+GPU_MPS_ROOT = "/var/run/condor_sched/mps"
+
+
 def node_config(node: Node, domain: str) -> dict[str, Any]:
     """The per-node JSON file the execute node's hooks and agent read (stdlib only there).
 
     Written by ``condor-sched pool up`` to ``/etc/condor_sched/nodes/<node>.json`` in the
     pool root; slot ids follow :func:`node_slots`.
     """
+    if node.gpus:
+        return {"node": node.name, "domain": domain, "cores": node.cores, "memory_mb": node.memory_mb,
+                "slots": [{"slot_id": 1, "kind": "gpu-node", "cores": node.cores, "memory_mb": node.memory_mb}],
+                "gpus": [{"index": k, "name": g.name, "uuid": g.uuid, "model": g.model, "memory_mb": g.memory_mb,
+                          "capability": g.capability} for k, g in enumerate(node.gpus)],
+                "mps": {"pipe_directory": f"{GPU_MPS_ROOT}/{node.name}/pipe",
+                        "log_directory": f"{GPU_MPS_ROOT}/{node.name}/log",
+                        "single_account": False}}
     slots: list[dict[str, Any]] = []
     if node.node_sharing:
         cores, memory = node.host_share()

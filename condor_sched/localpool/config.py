@@ -46,9 +46,36 @@ NODE_AGENT_SCRIPT = "cosched_node_agent.py"
 DISCOVER_SCRIPT = "discover_devices.py"
 STARTD_CRON_PERIOD_S = 30
 #: HTCondor custom resources of the slot layout (condor_sched.inventory.node_slots).
-def custom_resources() -> tuple[str, ...]:
-    """The custom resources every startd declares: each device kind's two, LLC ways, bandwidth."""
-    return (*(a for k in device_kinds() for a in (k.memory_attr, k.compute_attr)), "LLCWays", "MemBW")
+def custom_resources(gpus_per_node: int = 0) -> tuple[str, ...]:
+    """The custom resources every startd declares: each device kind's two, LLC ways, bandwidth,
+    and on a pool with GPU nodes every GPU index's CoSchedGPU<k>Memory and CoSchedGPU<k>Compute."""
+    gpu = tuple(f"CoSchedGPU{k}{what}" for k in range(gpus_per_node) for what in ("Memory", "Compute"))
+    gpu += ("GPUs",) if gpus_per_node else ()   # HTCondor's own, a plain count on GPU nodes (config.d/20)
+    return (*(a for k in device_kinds() for a in (k.memory_attr, k.compute_attr)), "LLCWays", "MemBW", *gpu)
+
+
+#: The fake ``nvidia-smi`` of the pool's GPU nodes (node_hooks/fake_nvidia_smi.py), a
+#: per-node wrapper naming its node config and its process directory.
+FAKE_NVIDIA_SMI_SCRIPT = "fake_nvidia_smi.py"
+
+
+def fake_gpu_apps_dir(node: str) -> PurePosixPath:
+    """Where a test job on GPU node ``node`` declares the "GPU memory" its processes use: a file
+    ``<pid>`` holding ``<gpu uuid> <MiB>`` lines. World-writable (mode 1777) by necessity: it
+    emulates the hardware a job's CUDA calls would fill. The fake nvidia-smi reports only
+    pids alive in /proc, so what a job writes is what a real GPU would show of it."""
+    return AGENT_STATE_DIR / "fake-gpu" / node
+
+
+def nvidia_smi_wrapper_path(node: str) -> PurePosixPath:
+    return WRAPPER_DIR / node / "nvidia-smi"
+
+
+def render_nvidia_smi_wrapper(node: str) -> str:
+    """GPU node ``node``'s nvidia-smi: the fake, answering from the node's config and apps dir."""
+    return "\n".join(["#!/bin/sh", f"# fake nvidia-smi of GPU node {node} (written by condor-sched pool up)",
+                      f'exec {PYTHON} -Es {HOOKS_DIR / FAKE_NVIDIA_SMI_SCRIPT} --node-config {node_config_path(node)} '
+                      f'--apps-dir {fake_gpu_apps_dir(node)} "$@"', ""])
 
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,30}$")
 
@@ -114,7 +141,7 @@ DEFAULT_MAX_SLOT_TYPES = 10
 def slot_types(nodes: list[Node]) -> int:
     """Slot types the busiest node needs: one partitionable slot per socket (a node-sharing
     node: its node and guest slots) and per device."""
-    return max((2 if nd.node_sharing else len(nd.sockets)) + len(nd.devices) for nd in nodes)
+    return max((2 if nd.node_sharing else 1 if nd.gpus else len(nd.sockets)) + len(nd.devices) for nd in nodes)
 
 
 def render_pool_config(nodes: list[Node], hooks: HookFiles, domain: str = DOMAIN,
@@ -156,7 +183,7 @@ def render_pool_config(nodes: list[Node], hooks: HookFiles, domain: str = DOMAIN
         "",
         "# The startd finds custom resource names only in unprefixed MACHINE_RESOURCE_<name>",
         "# parameters; each node's NODE<i>.MACHINE_RESOURCE_<name> then sets its amount.",
-        *[f"MACHINE_RESOURCE_{r} = 0" for r in custom_resources()],
+        *[f"MACHINE_RESOURCE_{r} = 0" for r in custom_resources(max((len(n.gpus) for n in nodes), default=0))],
         "# Likewise SLOT_TYPE_<n>_PARTITIONABLE is read unprefixed (a NODE<i>. form is ignored and",
         "# the slot comes up Static): every slot type of this layout is partitionable.",
         *[f"SLOT_TYPE_{n}_PARTITIONABLE = True" for n in range(1, 1 + slot_types(nodes))],
@@ -207,16 +234,22 @@ def render_node_daemons(node: Node, index: int, hooks: HookFiles, domain: str = 
         lines.append(f"{p}STARTD_CRON_COSCHEDINFO_ARGS = -Es {HOOKS_DIR / STARTD_CRON_SCRIPT} --node-config {conf}")
     if hooks.node_agent:
         a = agent_name(index)
+        gpu = f" --nvidia-smi {nvidia_smi_wrapper_path(node.name)}" if node.gpus else ""
         lines += [
             f"{a} = {PYTHON}",
             f"{a}_ARGS = -Es {HOOKS_DIR / NODE_AGENT_SCRIPT} --node-config {conf} "
             f"--state-dir {AGENT_STATE_DIR / node.name} --startd-address-file {startd_address_file(node.name)} "
-            f"--probe file --probe-dir {probe_dir(node.name)} --profile-dir {PROFILE_RUNS_DIR} --interval 2",
+            f"--probe file --probe-dir {probe_dir(node.name)} --profile-dir {PROFILE_RUNS_DIR} --interval 2{gpu}",
         ]
     return "\n".join(lines) + "\n"
 
 
-def render_starter_wrapper(node: str, hooks: HookFiles) -> str:
+#: On a GPU node the starter's own GPU variables go to this one, not CUDA_VISIBLE_DEVICES,
+#: which the PREPARE_JOB hook sets (config.d/20).
+GPU_NODE_STARTER_ENV = ("ENVIRONMENT_FOR_AssignedGPUs", "COSCHED_HTCONDOR_ASSIGNED_GPUS")
+
+
+def render_starter_wrapper(node: str, hooks: HookFiles, gpu_node: bool = False) -> str:
     """The node's starter: its own log, its node config for hooks, then condor_starter."""
     lines = [
         "#!/bin/sh",
@@ -224,6 +257,8 @@ def render_starter_wrapper(node: str, hooks: HookFiles) -> str:
         f"export _CONDOR_STARTER_LOG={CONDOR_LOG_DIR}/StarterLog.{node}",
         f"export COSCHED_NODE_CONFIG={node_config_path(node)}",
     ]
+    if gpu_node:
+        lines.append(f"export _CONDOR_{GPU_NODE_STARTER_ENV[0]}={GPU_NODE_STARTER_ENV[1]}")
     if hooks.prepare_job:
         lines.append(f"export _CONDOR_COSCHED_HOOK_PREPARE_JOB={prepare_job_wrapper_path(node)}")
     lines.append('exec /usr/sbin/condor_starter "$@"')

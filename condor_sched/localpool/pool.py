@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from condor_sched import resources
-from condor_sched.inventory import Inventory, default_inventory_path, load_inventory, node_config, node_slots
+from condor_sched.inventory import (Inventory, default_inventory_path, load_inventory, node_config, node_slots,
+                                    slot_name)
 from condor_sched.localpool import chroot, config
 from condor_sched.localpool.chroot import PoolError
 
@@ -163,7 +164,7 @@ def _install_config(settings: PoolSettings, inventory: Inventory, hooks: config.
         _write(settings.in_root(config.node_config_path(node.name)),
                json.dumps(node_config(node, config.DOMAIN), indent=2) + "\n")
         _write(settings.in_root(config.starter_wrapper_path(node.name)),
-               config.render_starter_wrapper(node.name, hooks), 0o755)
+               config.render_starter_wrapper(node.name, hooks, bool(node.gpus)), 0o755)
         if hooks.prepare_job:
             _write(settings.in_root(config.prepare_job_wrapper_path(node.name)),
                    config.render_prepare_job_wrapper(node.name), 0o755)
@@ -179,14 +180,33 @@ def _install_config(settings: PoolSettings, inventory: Inventory, hooks: config.
         probes.mkdir(parents=True, exist_ok=True)
         settings.in_root(config.PROFILE_RUNS_DIR).mkdir(parents=True, exist_ok=True)
         daemons = config.render_node_daemons(node, i, hooks)
-        slots = chroot.in_chroot(root, [config.PYTHON, str(config.HOOKS_DIR / config.DISCOVER_SCRIPT),
-                                        "--node-config", str(config.node_config_path(node.name)),
-                                        "--local-name", config.local_name(i)]).stdout
+        discover = [config.PYTHON, str(config.HOOKS_DIR / config.DISCOVER_SCRIPT),
+                    "--node-config", str(config.node_config_path(node.name)), "--local-name", config.local_name(i)]
+        if node.gpus:
+            _install_fake_gpus(settings, node.name)
+            discover += ["--nvidia-smi", str(config.nvidia_smi_wrapper_path(node.name))]
+        slots = chroot.in_chroot(root, discover).stdout
         _write(cfg_d / f"30-cosched-node-{node.name}.conf", daemons + "\n" + slots)
 
 
+def _install_fake_gpus(settings: PoolSettings, node: str) -> None:
+    """A GPU node's fake nvidia-smi (test pools only: no GPU on this machine) and the
+    job-writable directory where test jobs declare their GPU memory
+    (``config.fake_gpu_apps_dir``), emptied: pids of an earlier pool mean nothing now."""
+    _write(settings.in_root(config.nvidia_smi_wrapper_path(node)), config.render_nvidia_smi_wrapper(node), 0o755)
+    apps = settings.in_root(config.fake_gpu_apps_dir(node))
+    shutil.rmtree(apps, ignore_errors=True)
+    apps.mkdir(parents=True, exist_ok=True)
+    apps.chmod(0o1777)
+
+
 def _expected_slots(inventory: Inventory) -> list[str]:
-    return [s.name for n in inventory.nodes for s in node_slots(n, config.DOMAIN)]
+    """Every partitionable slot's name; a GPU node has one, slot 1."""
+    names = []
+    for n in inventory.nodes:
+        slots = [s.name for s in node_slots(n, config.DOMAIN)]
+        names += slots if slots or not n.gpus else [slot_name(1, n.name, config.DOMAIN)]
+    return names
 
 
 def _wait_for_pool(settings: PoolSettings, expected: list[str], timeout_s: float = 90) -> None:

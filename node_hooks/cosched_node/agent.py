@@ -16,7 +16,12 @@ root-only state dir (``state``). It
 - on a node-sharing node (issue 14, paper 001's mates and guests: a "node" slot and an
   overlapping "guest" slot), gives every node-slot claim its own CPUs and a guest k of its
   mate's, in the claims' cgroup v2 ``cpuset.cpus`` (``cpusets``), at the hook's question and
-  every interval, and publishes DIR/cpusets.json (whether it can, and the lent CPUs).
+  every interval, and publishes DIR/cpusets.json (whether it can, and the lent CPUs);
+- on a GPU node (issue 13) lets a GPU claim's job start only when its GPUs' memory holds the
+  claims of the jobs already started there and they are all one Owner's (MPS runs one server
+  per Linux user) unless the node runs every job under one execute account, keeps the MPS
+  control daemon running, and stops a job whose processes use more memory on a GPU than its
+  claim holds there (nvidia-smi's per-process memory; ``gpu_watch``).
 
 Exit codes: 0 stopped by SIGTERM/SIGINT or --once done; 2 bad arguments or node config;
 5 state dir unsafe, or another agent holds its lock.
@@ -32,7 +37,8 @@ import sys
 import time
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
-from cosched_node import channel, cpusets, jobs, memory_watch, placement, procs, resctrl, rules, runs, state
+from cosched_node import (channel, cpusets, gpu_watch, jobs, memory_watch, placement, procs, resctrl, rules, runs,
+                          state)
 from cosched_node.config import NodeConfig, load_node_config, plain_absolute_path, state_dir_for
 from cosched_node.errors import (EXIT_BAD_AD, EXIT_BAD_CONFIG, EXIT_NO_STATE, EXIT_OK, EXIT_OVERSUBSCRIBED, ConfigError,
                                  StateError)
@@ -78,7 +84,8 @@ class Agent:
                  manager: Optional[resctrl.ResctrlManager] = None, profile_dir: Optional[str] = None,
                  perf: Optional[PerfSampler] = None, kill_grace_s: float = 5.0, interval_s: float = 10.0,
                  proc_root: str = "/proc", starter_uid: int = 0,
-                 cgroups: Optional[cpusets.CgroupCpusets] = None) -> None:
+                 cgroups: Optional[cpusets.CgroupCpusets] = None, nvidia_smi: Optional[gpu_watch.NvidiaSmi] = None,
+                 mps: Optional[gpu_watch.MpsControl] = None) -> None:
         self.config, self.state_dir, self.view, self.probe, self.log = config, state_dir, view, probe, log
         self.cgroups = cgroups if config.node_slot is not None else None
         self._cpuset_problem: Optional[str] = "not probed yet"
@@ -87,6 +94,7 @@ class Agent:
         self.manager, self.profile_dir, self.perf = manager, profile_dir, perf
         self.kill_grace_s, self.interval_s, self.proc_root = kill_grace_s, interval_s, proc_root
         self.starter_uid = starter_uid   # a starter runs with real uid root; tests run their own
+        self.nvidia_smi, self.mps = nvidia_smi, mps   # GPU nodes (issue 13)
         self.records, problems = jobs.load(state_dir)
         for problem in problems:
             log(problem)
@@ -187,6 +195,23 @@ class Agent:
             self.log(f"job {record.claim.job} started on {self.config.node}/{record.claim.device} slot "
                      f"{record.claim.slot}: {record.claim.compute} compute units, {record.claim.device_memory_mb} MB, "
                      f"units {placement.format_ranges(record.units)}")
+        elif record.is_gpu:
+            if record.refused is None and not record.gpu_started:
+                # co-runners: the GPU jobs this agent let start (first come, first started)
+                others = [r.claim for r in self.records.values() if r is not record and r.gpu_started]
+                problem = gpu_watch.start_problem(self.config, record.claim, others)
+                if problem:
+                    record.refused = problem
+                    raise Refused(EXIT_OVERSUBSCRIBED, f"GPU node {self.config.node} ({record.claim.slot}): {problem}",
+                                  record.claim.job)
+                record.gpu_started = True
+            elif record.refused is not None:
+                raise Refused(EXIT_OVERSUBSCRIBED, f"GPU node {self.config.node} ({record.claim.slot}): "
+                                                   f"{record.refused}", record.claim.job)
+            self.save()
+            self.log(f"job {record.claim.job} ({record.claim.remote_user[:60]}) started on GPU node "
+                     f"{self.config.node} slot {record.claim.slot}: GPUs " + ", ".join(
+                         f"{g.index} ({g.memory_mb} MB, compute {g.compute})" for g in record.claim.gpus))
         elif self.shared_kind(record) is not None:
             if record.cpus is None:
                 self.start_shared(record, table)
@@ -225,6 +250,9 @@ class Agent:
             cpus = cpusets.format_cpu_list(record.cpus) if record.cpus else None
             return {"status": "ok", "kind": kind, "slot": claim.slot, "cpus": cpus,
                     "threads": len(record.cpus) if record.cpus else None}
+        if record.is_gpu:
+            return {"status": "ok", "kind": "gpu", "slot": claim.slot,
+                    "gpus": [[g.index, g.memory_mb, g.compute] for g in claim.gpus]}
         if record.is_device:
             return {"status": "ok", "kind": "device", "device": claim.device, "slot": claim.slot,
                     "memory_mb": claim.device_memory_mb, "compute": claim.compute,
@@ -244,6 +272,10 @@ class Agent:
         except Exception as exc:   # the memory watch below runs whatever happens here
             self.log(f"cpusets not managed this interval: {exc.__class__.__name__}: {exc}")
         used = self.watch_memory()
+        try:
+            self.watch_gpus(table)
+        except Exception as exc:   # one bad interval never stops the agent
+            self.log(f"GPUs not watched this interval: {exc.__class__.__name__}: {exc}")
         try:
             self.watch_spread(table, now)
         except (OSError, StateError) as exc:
@@ -274,6 +306,39 @@ class Agent:
                                          "reason": record.killed, "pids": sorted(pids), "time": time.time()})
                 self.log(f"job {claim.job} stopped: {record.killed} (signalled pids {sorted(pids)})")
         return readings
+
+    def watch_gpus(self, table: Dict[int, procs.Proc]) -> None:
+        """GPU nodes: keep the MPS control daemon running, and stop a job whose processes use
+        more memory on a GPU than its claim holds there (nvidia-smi's per-process memory; a
+        GPU the claim does not hold allows none). The stop is recorded as the device memory
+        stop's is (DIR/killed/<job>.json)."""
+        if not self.config.gpus:
+            return
+        if self.mps is not None:
+            self.mps.ensure(table)
+        watched = [r for r in self.records.values() if not r.killed and not r.refused]
+        if self.nvidia_smi is None or not watched:
+            return
+        apps = self.nvidia_smi.apps()
+        if apps is None:
+            return
+        uuids = [g.uuid for g in self.config.gpus]
+        for record in watched:
+            claim = record.claim
+            members = procs.job_processes(record.starter_pid, record.starter_start, table)
+            used = gpu_watch.gpus.memory_by_gpu(apps, [p.pid for p in members])
+            reason = gpu_watch.stop_reason(used, gpu_watch.allowed_by_uuid(self.config, claim), uuids)
+            if reason is None:
+                continue
+            pids = procs.stop_job(record.starter_pid, record.starter_start, self.kill_grace_s, self.proc_root)
+            if not pids:
+                self.log(f"job {claim.job}: over its GPU allocation, but no process of it to stop")
+                continue
+            record.killed = reason
+            state.write_json_atomic(os.path.join(self.state_dir, "killed"), f"{claim.job}.json",
+                                    {"job": claim.job, "device": "gpu", "slot": claim.slot, "reason": reason,
+                                     "pids": sorted(pids), "time": time.time()})
+            self.log(f"job {claim.job} stopped: {reason} (signalled pids {sorted(pids)})")
 
     def watch_spread(self, table: Dict[int, procs.Proc], now: float) -> None:
         """Co-runners and perf samples of each spread job; its resctrl group."""
@@ -634,6 +699,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--perf", default="auto",
                         help="perf binary for IPC/bandwidth samples ('auto': look it up, '': none)")
     parser.add_argument("--perf-sample", type=float, default=1.0, help="seconds per perf sample")
+    parser.add_argument("--nvidia-smi", default="auto",
+                        help="GPU nodes: nvidia-smi for per-process GPU memory ('auto': from PATH, '': none)")
+    parser.add_argument("--mps-control", default="auto",
+                        help="GPU nodes: nvidia-cuda-mps-control ('auto': from PATH, '': no MPS daemon)")
     parser.add_argument("--once", action="store_true")
     return parser.parse_args(argv)
 
@@ -664,8 +733,21 @@ def build(args: argparse.Namespace, config: NodeConfig, state_dir: str, log: Log
             log(f"profile dir {args.profile_dir}: {exc.strerror}: run records will fail")
     view = SlotView(config, args.startd_address_file, args.condor_status)
     cgroups = cpusets.CgroupCpusets(args.cgroup_root) if config.node_slot is not None else None
+    nvidia_smi = mps = None
+    if config.gpus:
+        for option, value in (("--nvidia-smi", args.nvidia_smi), ("--mps-control", args.mps_control)):
+            if value not in ("", "auto") and not plain_absolute_path(value):
+                raise ConfigError(f"{option} must be 'auto', '' or a plain absolute path")
+        smi = gpu_watch.find_command(args.nvidia_smi, "nvidia-smi")
+        nvidia_smi = gpu_watch.NvidiaSmi(smi, log) if smi else None
+        control = gpu_watch.find_command(args.mps_control, gpu_watch.MPS_CONTROL)
+        mps = gpu_watch.MpsControl(control, config.mps_pipe_directory, config.mps_log_directory, log) \
+            if control else None
+        log(f"GPU node: {len(config.gpus)} GPUs, nvidia-smi {smi or 'absent: GPU memory not watched'}, "
+            f"MPS control {control or 'absent'}")
     return Agent(config, state_dir, view, probe, log, manager, args.profile_dir,
-                 make_perf(args.perf, args.perf_sample, log), args.kill_grace, args.interval, cgroups=cgroups)
+                 make_perf(args.perf, args.perf_sample, log), args.kill_grace, args.interval, cgroups=cgroups,
+                 nvidia_smi=nvidia_smi, mps=mps)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -1,5 +1,6 @@
 """The node config: the JSON ``condor_sched.inventory.node_config`` writes for one execute
-node (its slots, devices and their kinds, sockets and caches). Root-owned, read by every
+node (its slots, devices and their kinds, sockets and caches; a GPU node's one ``gpu-node``
+slot, its ``gpus`` and its ``mps`` directories). Root-owned, read by every
 node program; validated in full before use."""
 
 from __future__ import annotations
@@ -139,6 +140,17 @@ class SlotConfig:
 
 
 @dataclass(frozen=True)
+class GpuConfig:
+    """GPU ``index`` of a GPU node (its CoSchedGPU<index>* resources), as the inventory lists it."""
+    index: int
+    name: str
+    uuid: str
+    model: str
+    memory_mb: int
+    capability: float
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     node: str
     domain: str
@@ -146,6 +158,20 @@ class NodeConfig:
     memory_mb: int
     slots: Tuple[SlotConfig, ...]
     state_dir: Optional[str] = None
+    gpus: Tuple[GpuConfig, ...] = ()          # a GPU node's GPUs (issue 13), index order
+    mps_pipe_directory: str = ""              # the node's MPS control daemon's pipes (GPU nodes)
+    mps_log_directory: str = ""
+    #: Every job runs under one execute account, so jobs of different Owners may share a GPU
+    #: (one MPS server per Linux user); the admin says so, no job can.
+    single_account: bool = False
+
+    def gpu(self, index: int) -> Optional[GpuConfig]:
+        return self.gpus[index] if 0 <= index < len(self.gpus) else None
+
+    @property
+    def gpu_slot(self) -> Optional[SlotConfig]:
+        """A GPU node's one partitionable slot, or None."""
+        return next((s for s in self.slots if s.kind == "gpu-node"), None)
 
     def slot(self, slot_id: int) -> Optional[SlotConfig]:
         for slot in self.slots:
@@ -231,6 +257,10 @@ def parse_node_config(obj: Any) -> NodeConfig:
             if cores < 1:
                 raise ConfigError(f"{where}: a node slot needs 'cores' >= 1")
             slots.append(SlotConfig(slot_id, kind, cores, memory_mb))
+        elif kind == "gpu-node":
+            if cores < 1 or memory_mb < 1:
+                raise ConfigError(f"{where}: a gpu-node slot needs 'cores' and 'memory_mb' >= 1")
+            slots.append(SlotConfig(slot_id, kind, cores, memory_mb))
         elif kind == "guest":
             factor = raw.get("sharing_factor")
             if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) \
@@ -248,8 +278,58 @@ def parse_node_config(obj: Any) -> NodeConfig:
     cores = _cfg_int(obj, "cores", 0, 100000, "node config")
     if any(s.kind == "node" and s.cores > cores for s in slots):
         raise ConfigError("node config: the node slot has more cores than the node")
-    return NodeConfig(node, domain, cores, _cfg_int(obj, "memory_mb", 0, MAX_INT, "node config"), tuple(slots),
-                      state_dir)
+    memory_mb = _cfg_int(obj, "memory_mb", 0, MAX_INT, "node config")
+    gpus, mps = _parse_gpus(obj, slots)
+    return NodeConfig(node, domain, cores, memory_mb, tuple(slots), state_dir, gpus, mps[0], mps[1], mps[2])
+
+
+GPU_UUID_RE = re.compile(r"^(?:GPU-|MIG-|MIG-GPU-)[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
+                         r"(?:/\d{1,2}/\d{1,2})?$")
+GPU_MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._()/+-]{0,63}$")
+MAX_GPUS_PER_NODE = 8
+
+
+def _parse_gpus(obj: Dict[str, Any], slots: List[SlotConfig]) -> Tuple[Tuple[GpuConfig, ...], Tuple[str, str, bool]]:
+    """A GPU node's ``gpus`` and ``mps`` (issue 13): only with one gpu-node slot and nothing else."""
+    raw = obj.get("gpus")
+    gpu_slots = [s for s in slots if s.kind == "gpu-node"]
+    if raw is None and not gpu_slots:
+        return (), ("", "", False)
+    if len(gpu_slots) != 1 or len(slots) != 1:
+        raise ConfigError("node config: a GPU node has exactly one slot, of kind gpu-node")
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_GPUS_PER_NODE:
+        raise ConfigError(f"node config: 'gpus' must be a list of 1 to {MAX_GPUS_PER_NODE} GPUs")
+    gpus = []
+    for k, g in enumerate(raw):
+        where = f"node config gpu #{k}"
+        if not isinstance(g, dict):
+            raise ConfigError(f"{where}: not an object")
+        if _cfg_int(g, "index", 0, MAX_GPUS_PER_NODE - 1, where) != k:
+            raise ConfigError(f"{where}: 'index' must be {k} (GPUs in index order)")
+        name, uuid, model = g.get("name"), g.get("uuid"), g.get("model")
+        if not isinstance(name, str) or not DEVICE_RE.match(name):
+            raise ConfigError(f"{where}: 'name' is not a valid device name")
+        if not isinstance(uuid, str) or not GPU_UUID_RE.match(uuid):
+            raise ConfigError(f"{where}: 'uuid' is not GPU-<uuid> or MIG-<uuid>")
+        if not isinstance(model, str) or not GPU_MODEL_RE.match(model):
+            raise ConfigError(f"{where}: 'model' is not a GPU model name")
+        capability = g.get("capability")
+        if isinstance(capability, bool) or not isinstance(capability, (int, float)) or not math.isfinite(capability) \
+                or not 1 <= capability < 100:
+            raise ConfigError(f"{where}: 'capability' must be a compute capability such as 7.5")
+        gpus.append(GpuConfig(k, name, uuid, model, _cfg_int(g, "memory_mb", 1, MAX_INT, where), float(capability)))
+    if len({g.uuid for g in gpus}) != len(gpus) or len({g.name for g in gpus}) != len(gpus):
+        raise ConfigError("node config: GPU names or uuids repeat")
+    mps = obj.get("mps")
+    if not isinstance(mps, dict):
+        raise ConfigError("node config: a GPU node needs an 'mps' object")
+    pipe, log = mps.get("pipe_directory"), mps.get("log_directory")
+    if not plain_absolute_path(pipe) or not plain_absolute_path(log):
+        raise ConfigError("node config: mps 'pipe_directory' and 'log_directory' must be plain absolute paths")
+    single = mps.get("single_account", False)
+    if not isinstance(single, bool):
+        raise ConfigError("node config: mps 'single_account' must be true or false")
+    return tuple(gpus), (pipe, log, single)
 
 
 def _check_node_sharing(slots: List[SlotConfig]) -> None:

@@ -16,7 +16,11 @@ is ``micinfo``). Prints config lines prefixed with the startd's local name
 - machine totals (NUM_CPUS, MEMORY, MACHINE_RESOURCE_*), which are the sums (a GUEST slot's
   cores and memory are counted twice: that is what makes it overlap);
 - ``SLOT<n>_LLCCacheId`` (socket slots) and ``SLOT<n>_<device name attribute>`` (device
-  slots, e.g. ``PhiDeviceName``) for STARTD_ATTRS.
+  slots, e.g. ``PhiDeviceName``) for STARTD_ATTRS;
+- on a GPU node (issue 13, ``gpus`` in the node config) one partitionable slot of all cores and
+  memory and every GPU k's CoSchedGPU<k>Memory / CoSchedGPU<k>Compute, the GPUs' properties
+  (``render_gpu_node``), taken from ``nvidia-smi`` when it runs (or saved
+  ``condor_gpu_discovery -properties`` output), else from the node config.
 
 Every value read from the file or from micinfo is validated; bad input exits 2 with the
 reason on stderr and prints nothing.
@@ -33,8 +37,11 @@ import shutil
 import subprocess
 import sys
 
+from cosched_node import gpus as gpu_tools
 from cosched_node.config import parse_device_kind
+from cosched_node.config import parse_node_config as parse_full_config
 from cosched_node.errors import ConfigError
+from cosched_node.gpus import WHOLE_GPU_COMPUTE
 
 NODE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 DEVICE_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
@@ -76,6 +83,8 @@ def parse_node_config(data: object) -> dict:
     slots = data.get("slots")
     if not isinstance(slots, list) or not slots or len(slots) > 64:
         raise BadInput("node config: 'slots' must be a list of 1 to 64 entries")
+    if data.get("gpus") is not None or any(isinstance(s, dict) and s.get("kind") == "gpu-node" for s in slots):
+        return _parse_gpu_node(data, node, cores, memory_mb)
     sockets, devices, shared = [], [], []
     for i, s in enumerate(slots):
         where = f"slots[{i}]"
@@ -122,6 +131,88 @@ def parse_node_config(data: object) -> dict:
         raise BadInput("node config: slots hold more cores or memory than the node")
     return {"node": node, "cores": cores, "memory_mb": memory_mb, "sockets": sockets, "devices": devices,
             "shared": shared}
+
+
+def _parse_gpu_node(data: dict, node: str, cores: int, memory_mb: int) -> dict:
+    """A GPU node (issue 13): one gpu-node slot of all cores and memory, and its GPUs."""
+    slots = data["slots"]
+    if len(slots) != 1 or not isinstance(slots[0], dict) or slots[0].get("kind") != "gpu-node" \
+            or slots[0].get("slot_id") != 1:
+        raise BadInput("node config: a GPU node has exactly one slot, slot 1 of kind gpu-node")
+    if (_int("slots[0].cores", slots[0].get("cores"), 1), _int("slots[0].memory_mb", slots[0].get("memory_mb"), 1)) \
+            != (cores, memory_mb):
+        raise BadInput("node config: a GPU node's slot holds all its cores and memory")
+    try:
+        config = parse_full_config(data)
+    except ConfigError as e:
+        raise BadInput(str(e)) from None
+    return {"node": node, "cores": cores, "memory_mb": memory_mb, "sockets": [], "devices": [], "shared": [],
+            "gpus": [{"uuid": g.uuid, "model": g.model, "memory_mb": g.memory_mb, "capability": g.capability}
+                     for g in config.gpus]}
+
+
+def merge_gpus(node: dict, found: list, source: str, warn=lambda msg: None) -> dict:
+    """The node with each GPU's model, memory and capability taken from a tool's report
+    (``gpus.GpuInfo`` list, matched by uuid: the inventory and the hardware must agree on
+    which GPU is index k)."""
+    by_uuid = {g.uuid: g for g in found}
+    gpus = []
+    for k, g in enumerate(node["gpus"]):
+        seen = by_uuid.get(g["uuid"])
+        if seen is None:
+            warn(f"GPU {k} ({g['uuid']}) of {node['node']} not reported by {source}; using the node config")
+            gpus.append(g)
+        else:
+            gpus.append({**g, "model": seen.model, "memory_mb": seen.memory_mb, "capability": seen.capability})
+    for extra in sorted(set(by_uuid) - {g["uuid"] for g in node["gpus"]}):
+        warn(f"{source} reports GPU {extra}, which the inventory of {node['node']} does not list; ignored")
+    return {**node, "gpus": gpus}
+
+
+def _classad_string(value: str) -> str:
+    if not re.match(r"^[A-Za-z0-9 ._()/+:-]{1,80}$", value):
+        raise BadInput(f"value {value[:40]!r} cannot be a ClassAd string here")
+    return f'"{value}"'
+
+
+def render_gpu_node(node: dict, local_name: str) -> str:
+    """A GPU node's startd: one partitionable slot of all cores and memory and, for every GPU
+    k, the custom resources CoSchedGPU<k>Memory (MB) and CoSchedGPU<k>Compute (thousandths),
+    so HTCondor itself accounts every GPU's share; the GPUs' properties as slot attributes;
+    and what the clauses condor_submit adds for request_GPUs, request_GPUMemory,
+    request_GPUCompute and require_gpus compare against: HTCondor's own GPUs resource as a
+    plain count of the node's GPUs (a whole-GPU claim's RequestGPUs must be carved from it;
+    without it the startd refuses the claim), GPUMemory / GPUCompute (the most any one GPU
+    has free) and AvailableGPUs (every GPU's properties)."""
+    p = local_name + "."
+    gpus = node["gpus"]
+    lines = [f"# slots of {node['node']} (a GPU node): generated by discover_devices.py; do not edit",
+             f"{p}NUM_CPUS = {node['cores']}", f"{p}MEMORY = {node['memory_mb']}",
+             f"{p}MACHINE_RESOURCE_LLCWays = 0", f"{p}MACHINE_RESOURCE_MemBW = 0"]
+    amounts = []
+    for k, g in enumerate(gpus):
+        lines += [f"{p}MACHINE_RESOURCE_CoSchedGPU{k}Memory = {g['memory_mb']}",
+                  f"{p}MACHINE_RESOURCE_CoSchedGPU{k}Compute = {WHOLE_GPU_COMPUTE}"]
+        amounts.append(f"CoSchedGPU{k}Memory={g['memory_mb']}, CoSchedGPU{k}Compute={WHOLE_GPU_COMPUTE}")
+    lines += [f"{p}MACHINE_RESOURCE_GPUs = {len(gpus)}",
+              f"{p}SLOT_TYPE_1 = cpus={node['cores']}, memory={node['memory_mb']}, {', '.join(amounts)}, "
+              f"GPUs={len(gpus)}, LLCWays=0, MemBW=0"]
+    s = f"{p}SLOT1_"
+    lines += [f"{s}CoSchedGPUNode = True", f"{s}CoSchedGPUCount = {len(gpus)}"]
+    for k, g in enumerate(gpus):
+        lines += [f"{s}CoSchedGPU{k}Uuid = {_classad_string(g['uuid'])}",
+                  f"{s}CoSchedGPU{k}DeviceName = {_classad_string(g['model'])}",
+                  f"{s}CoSchedGPU{k}Capability = {float(g['capability']):.1f}",
+                  f"{s}CoSchedGPU{k}GlobalMemoryMb = {g['memory_mb']}"]
+    memory = ", ".join(f"CoSchedGPU{k}Memory" for k in range(len(gpus)))
+    compute = ", ".join(f"CoSchedGPU{k}Compute" for k in range(len(gpus)))
+    available = ", ".join(f"[ Id = {_classad_string(g['uuid'])}; DeviceName = {_classad_string(g['model'])}; "
+                          f"Capability = {float(g['capability']):.1f}; GlobalMemoryMb = {g['memory_mb']} ]"
+                          for g in gpus)
+    lines += [f"{s}GPUMemory = max({{ {memory} }})", f"{s}GPUCompute = max({{ {compute} }})",
+              f"{s}AvailableGPUs = {{ {available} }}",
+              f"{p}NUM_SLOTS_TYPE_1 = 1", f"{p}SLOT_TYPE_1_PARTITIONABLE = True"]
+    return "\n".join(lines) + "\n"
 
 
 _DEVICE_LINE = re.compile(r"^\s*Device No:\s*(\d+)\s*,\s*Device Name:\s*(\S+)\s*$")
@@ -183,6 +274,8 @@ def render_slots(node: dict, local_name: str) -> str:
     """The config lines of one startd (local name ``local_name``) for a validated node."""
     if not LOCAL_NAME.match(local_name):
         raise BadInput(f"bad local name {local_name!r}")
+    if node.get("gpus"):
+        return render_gpu_node(node, local_name)
     p = local_name + "."
     sockets, devices, shared = node["sockets"], node["devices"], node.get("shared", [])
     kinds = list({d["kind"].name: d["kind"] for d in devices}.values())
@@ -224,6 +317,33 @@ def render_slots(node: dict, local_name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+NVIDIA_SMI_QUERY = ("--query-gpu=index,uuid,name,memory.total,compute_cap", "--format=csv,noheader")
+
+
+def discover_gpus(node: dict, nvidia_smi: str | None, gpu_discovery: str | None, warn) -> dict:
+    """A GPU node's GPUs from nvidia-smi when it runs (as micinfo is for Xeon Phi), else from
+    saved condor_gpu_discovery output, else as the node config lists them. Garbage output is
+    an error (exit 2: the startd keeps its old slots), not a silent fallback."""
+    if nvidia_smi and not shutil.which(nvidia_smi):
+        with open(nvidia_smi, encoding="utf-8", errors="replace") as f:
+            return merge_gpus(node, gpu_tools.parse_query_gpu(f.read(1_000_000)), "nvidia-smi", warn)
+    exe = shutil.which(nvidia_smi or "nvidia-smi")
+    if exe:
+        try:
+            out = subprocess.run([exe, *NVIDIA_SMI_QUERY], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            out = None
+        if out is not None and out.returncode == 0:
+            return merge_gpus(node, gpu_tools.parse_query_gpu(out.stdout[:1_000_000].decode("utf-8", "replace")),
+                              "nvidia-smi", warn)
+        warn(f"{exe} failed; GPUs of {node['node']} from the node config")
+    if gpu_discovery:
+        with open(gpu_discovery, encoding="utf-8", errors="replace") as f:
+            return merge_gpus(node, gpu_tools.parse_gpu_discovery(f.read(1_000_000)), "condor_gpu_discovery", warn)
+    return node
+
+
 def run_micinfo(path: str) -> str | None:
     try:
         out = subprocess.run([path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -239,6 +359,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--local-name", required=True, help="the startd's local name, e.g. NODE1")
     ap.add_argument("--micinfo", default=None,
                     help="micinfo executable (default: from PATH), or a file of its saved output")
+    ap.add_argument("--nvidia-smi", default=None,
+                    help="GPU nodes: nvidia-smi executable (default: from PATH), or a file of the saved output "
+                         "of " + " ".join(NVIDIA_SMI_QUERY))
+    ap.add_argument("--gpu-discovery", default=None,
+                    help="GPU nodes without nvidia-smi: a file of saved `condor_gpu_discovery -properties` output")
     args = ap.parse_args(argv)
 
     def warn(msg: str) -> None:
@@ -256,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
             text = run_micinfo(exe) if exe else None
         if text is not None:
             node = merge_micinfo(node, parse_micinfo(text), warn)
+        if node.get("gpus"):
+            node = discover_gpus(node, args.nvidia_smi, args.gpu_discovery, warn)
         sys.stdout.write(render_slots(node, args.local_name))
     except (OSError, ValueError) as e:
         warn(str(e))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from cosched_node import rules
+from cosched_node.gpus import MAX_GPUS_PER_NODE, WHOLE_GPU_COMPUTE, GpuShare
 from cosched_node.placement import Units, parse_units
 from cosched_node.slots import Claim
 from cosched_node.state import JOBS_NAME, read_json, write_json_atomic
@@ -46,6 +47,7 @@ class Running:
     cpus: Optional[Tuple[int, ...]] = None  # node-slot and guest claims: the CPUs the agent gave it
     mate_key: Optional[str] = None         # guests: the record key of the node-slot claim it shares cores of
     cgroup: Optional[str] = None           # node-slot and guest claims: its cgroup, once found and checked
+    gpu_started: bool = False              # GPU claims: the agent let its job start (a co-runner on its GPUs)
 
     @property
     def key(self) -> str:
@@ -54,6 +56,11 @@ class Running:
     @property
     def is_device(self) -> bool:
         return self.claim.device is not None
+
+    @property
+    def is_gpu(self) -> bool:
+        """A claim holding some GPU of a GPU node (issue 13)."""
+        return bool(self.claim.gpus)
 
     @property
     def is_spread(self) -> bool:
@@ -69,14 +76,22 @@ class Running:
 def _from_json(obj: Any) -> Running:
     if not isinstance(obj, dict) or not isinstance(obj.get("claim"), dict):
         raise ValueError("not a record")
-    claim = Claim(**obj["claim"])
+    fields = dict(obj["claim"])
+    gpus = fields.pop("gpus", [])
+    if not isinstance(gpus, list) or len(gpus) > MAX_GPUS_PER_NODE or not all(isinstance(g, dict) for g in gpus):
+        raise ValueError("claim gpus is not a list of GPU shares")
+    claim = Claim(**fields, gpus=tuple(GpuShare(rules.count("gpu index", g.get("index"), 0, MAX_GPUS_PER_NODE - 1),
+                                                rules.count("gpu memory", g.get("memory_mb"), 0, rules.MAX_INT),
+                                                rules.count("gpu compute", g.get("compute"), 1, WHOLE_GPU_COMPUTE))
+                                       for g in gpus))
     units = obj.get("units")
     record = Running(
         starter_pid=rules.count("starter_pid", obj.get("starter_pid"), 2, 2 ** 22),
         starter_start=rules.count("starter_start", obj.get("starter_start"), 0, 2 ** 62),
         claim=claim, first_seen=rules.number("first_seen", obj.get("first_seen"), 0, 1e11),
         units=None if units is None else parse_units(units, claim.compute))
-    for name in ("uid", "shared", "co_runners", "verified", "last_seen", "samples", "perf", "killed", "refused"):
+    for name in ("uid", "shared", "co_runners", "verified", "last_seen", "samples", "perf", "killed", "refused",
+                 "gpu_started"):
         if name in obj:
             setattr(record, name, obj[name])
     cpus = obj.get("cpus")

@@ -17,8 +17,13 @@ which its cgroup's cpuset holds) and a guest of the guest slot ``OMP_NUM_THREADS
 ``COSCHED_CPUS`` (the k CPUs it takes of its mate's), both also as ``CoSchedCpus``; the
 agent refuses a guest whose mate is not running here, already hosts a guest, or would
 oversubscribe memory, and a node-slot job that needs CPUs lent to a guest (exit 3). A node-slot
-job whose agent is unreachable starts without a cpuset (it opted into nothing). Other jobs:
-exit 0, nothing printed.
+job whose agent is unreachable starts without a cpuset (it opted into nothing). On a GPU node
+(issue 13) a job holding GPUs gets CUDA_VISIBLE_DEVICES (their uuids), CUDA_MPS_PIPE_DIRECTORY,
+CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT from its dynamic slot's
+CoSchedGPU<k>Memory / Compute, once the agent lets it start (refused, exit 3: a GPU's memory
+or a second Owner on a GPU), and ``CoSchedGPUs``; a job holding none gets
+CUDA_VISIBLE_DEVICES=10000, as HTCondor's ``use feature:GPUs`` gives a job with no GPU. Other
+jobs: exit 0, nothing printed.
 
 A refused start prints ``HookStatusCode`` and ``HookStatusMessage`` (a short reason; a value
 it quotes is cut to 40 characters, and the message to 240 printable ASCII characters with no
@@ -46,7 +51,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
-from cosched_node import channel, cpusets, rules
+from cosched_node import channel, cpusets, gpus, rules
 from cosched_node.ads import MAX_AD_BYTES, Expr, ad_get, ad_int, ad_str, format_line, hook_message, parse_classad
 from cosched_node.config import NodeConfig, SlotConfig, load_node_config, state_dir_for
 from cosched_node.environment import merge_environment
@@ -261,6 +266,32 @@ def shared_lines(job_ad: Dict[str, object], slot: SlotConfig, state_dir: str, as
     return [format_line("Environment", merge_environment(job_ad, updates)), format_line("CoSchedCpus", listed)]
 
 
+def gpu_lines(job_ad: Dict[str, object], machine_ad: Dict[str, object], config: NodeConfig, state_dir: str,
+              ask) -> List[str]:
+    """What the hook prints for a job on a GPU node (issue 13): CUDA_VISIBLE_DEVICES (uuids)
+    and the MPS variables for the GPUs its DYNAMIC SLOT holds (``CoSchedGPU<k>Compute > 0`` in
+    the machine ad, never the job ad), once the node agent, from the startd's own claim,
+    agrees and lets it start (it refuses a GPU whose memory the co-runners' claims would
+    exceed, or a second Owner on a GPU). A job holding no GPU gets CUDA_VISIBLE_DEVICES=10000."""
+    try:
+        shares = gpus.claim_shares(machine_ad, len(config.gpus))
+    except gpus.GpuError as exc:
+        raise AdError(str(exc)) from None
+    merge_environment(job_ad, [])   # a malformed Environment is refused before the agent is asked
+    if shares:
+        try:
+            reply = ask_agent(state_dir, ask)
+        except Refusal as exc:
+            raise Refusal(exc.code, str(exc), "") from None
+        if reply.get("kind") != "gpu" or reply.get("gpus") != [[g.index, g.memory_mb, g.compute] for g in shares]:
+            raise Refusal(EXIT_NO_STATE, "the node agent does not know this start with the GPUs of its slot ad")
+    variables = gpus.mps_environment(shares, [g.uuid for g in config.gpus], config.mps_pipe_directory)
+    lines = [format_line("Environment", merge_environment(job_ad, variables))]
+    if shares:
+        lines.append(format_line("CoSchedGPUs", ",".join(str(g.index) for g in shares)))
+    return lines
+
+
 def refuse(stdout: TextIO, exit_code: int, message: str) -> int:
     """Print the refusal HTCondor shows the user and return the exit code (non-zero: fails
     closed should the status lines be lost)."""
@@ -292,6 +323,8 @@ def prepare(env: Dict[str, str], stdin, ask) -> Tuple[List[str], str]:
         raise AdError(f"cannot read machine ad: {exc.strerror}") from None
     short_slot, device = resolve_slot(machine_ad, config)
     slot = config.slot(int(rules.SLOT_NAME_RE.match(short_slot + "@").group(2)))  # resolve_slot matched it
+    if slot is not None and slot.kind == "gpu-node":
+        return gpu_lines(job_ad, machine_ad, config, state_dir, ask), f"GPU node {config.node} ({short_slot})"
     if device is None and slot is not None and slot.kind in ("node", "guest"):
         return shared_lines(job_ad, slot, state_dir, ask), f"{slot.kind} slot {config.node} ({short_slot})"
     if device is None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from cosched_node import rules
+from cosched_node.gpus import GpuError, GpuShare, claim_shares
 from cosched_node.config import NodeConfig
 from cosched_node.errors import StateError
 
@@ -60,6 +61,7 @@ class Claim:
     nodes: int                # CoSchedPinNodes (0 when unset or invalid)
     mate: Optional[str] = None  # CoSchedPinMate: a guest's mate job id, when a valid Cluster.Proc
     malleable: bool = False     # CoSchedMalleable is true
+    gpus: Tuple[GpuShare, ...] = ()  # GPU nodes: the GPUs the claim holds (CoSchedGPU<k>Memory/Compute)
 
     @property
     def cluster(self) -> int:
@@ -116,6 +118,10 @@ def _claim(ad: Dict[str, Any], config: NodeConfig) -> Claim:
         device_memory = rules.count(kind.memory_attr, ad.get(kind.memory_attr, 0), 0, rules.MAX_INT)
         compute = rules.count(kind.compute_attr, ad.get(kind.compute_attr, 0), 0, rules.MAX_UNITS)
     user = ad.get("RemoteUser")
+    try:
+        gpus = claim_shares(ad, len(config.gpus)) if slot is not None and slot.kind == "gpu-node" else ()
+    except GpuError as exc:
+        raise ValueError(str(exc)) from None
     return Claim(
         slot=match.group(1), slot_id=slot_id, job=job,
         starter_pid=rules.count("StarterPid", ad.get("StarterPid"), 2, 2 ** 22),
@@ -129,7 +135,7 @@ def _claim(ad: Dict[str, Any], config: NodeConfig) -> Claim:
         pinned=isinstance(ad.get("CoSchedPinSlot"), str),
         scale=_optional(ad.get("CoSchedPinScale"), rules.scale_factor) or 0,
         nodes=_optional(ad.get("CoSchedPinNodes"), lambda v: rules.count("CoSchedPinNodes", v, 1, 100000)) or 0,
-        mate=_mate(ad.get("CoSchedPinMate")), malleable=ad.get("CoSchedMalleable") is True)
+        mate=_mate(ad.get("CoSchedPinMate")), malleable=ad.get("CoSchedMalleable") is True, gpus=gpus)
 
 
 def _mate(value: Any) -> Optional[str]:
@@ -160,6 +166,7 @@ class SlotView:
     def attributes(self) -> Sequence[str]:
         kinds = {d.device_kind for d in self.config.devices}
         extra = [a for k in kinds for a in (k.memory_attr, k.compute_attr, k.device_name_attr)]
+        extra += [f"CoSchedGPU{g.index}{what}" for g in self.config.gpus for what in ("Memory", "Compute")]
         return tuple(dict.fromkeys((*SLOT_ATTRS, *extra, *JOB_ATTRS)))
 
     def read(self) -> Tuple[List[Claim], List[str]]:

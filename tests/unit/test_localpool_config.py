@@ -58,6 +58,8 @@ def _slot_types(lines: dict[str, str], prefix: str) -> list[dict[str, str]]:
 
 @pytest.mark.parametrize("node", INVENTORY.nodes, ids=lambda n: n.name)
 def test_discovered_slot_types_match_the_inventory_layout(node):
+    if node.gpus:
+        pytest.skip("a GPU node's one slot: tests/unit/test_gpu_node.py")
     data = discover.parse_node_config(json.loads(json.dumps(node_config(node, config.DOMAIN))))
     lines = _config_lines(discover.render_slots(data, "NODE7"))
     types = _slot_types(lines, "NODE7")
@@ -311,3 +313,22 @@ def test_a_node_with_more_slot_types_than_htcondors_default_raises_max_slot_type
     data = discover.parse_node_config(json.loads(json.dumps(node_config(big, config.DOMAIN))))
     assert len(_slot_types(_config_lines(discover.render_slots(data, "NODE5")), "NODE5")) == 13
     assert "\nMAX_SLOT_TYPES = 10\n" in config.render_pool_config(list(INVENTORY.nodes), config.HookFiles())
+
+
+def test_a_gpu_node_gets_its_fake_nvidia_smi_its_starters_gpu_variable_and_the_gpu_resources():
+    gpu_node = INVENTORY.node("node6")
+    assert len(gpu_node.gpus) == 2 and gpu_node.sockets == ()
+    pool = config.render_pool_config(list(INVENTORY.nodes), config.HookFiles())
+    for k in (0, 1):
+        assert f"\nMACHINE_RESOURCE_CoSchedGPU{k}Memory = 0\n" in pool
+        assert f"\nMACHINE_RESOURCE_CoSchedGPU{k}Compute = 0\n" in pool
+    assert "\nMACHINE_RESOURCE_GPUs = 0\n" in pool and "CoSchedGPU2Memory" not in pool
+    daemons = config.render_node_daemons(gpu_node, 6, config.HookFiles())
+    assert "--nvidia-smi /etc/condor_sched/wrappers/node6/nvidia-smi" in daemons
+    assert "--nvidia-smi" not in config.render_node_daemons(INVENTORY.node("node2"), 2, config.HookFiles())
+    wrapper = config.render_nvidia_smi_wrapper("node6")
+    assert "fake_nvidia_smi.py --node-config /etc/condor_sched/nodes/node6.json" in wrapper
+    assert "--apps-dir /var/lib/condor_sched/fake-gpu/node6" in wrapper
+    starter = config.render_starter_wrapper("node6", config.HookFiles(), gpu_node=True)
+    assert "export _CONDOR_ENVIRONMENT_FOR_AssignedGPUs=COSCHED_HTCONDOR_ASSIGNED_GPUS" in starter
+    assert "AssignedGPUs" not in config.render_starter_wrapper("node2", config.HookFiles())

@@ -127,3 +127,44 @@ def test_a_node_slot_takes_cpu_jobs_but_not_the_cores_a_guest_holds_after_its_ma
     assert not starts(lent, classad2.ClassAd({"RequestCpus": 5}))
     assert starts(slot("slot1_1@node5@node5.cosched.test", CoSchedNodeSlot=True, PartitionableSlot=False, Cpus=8,
                        CoSchedLentCpus=4), classad2.ClassAd({"RequestCpus": 8}))
+
+
+GPU_SLOT = "slot1@node6@node6.cosched.test"
+
+
+def gpu_slot(**attrs) -> classad2.ClassAd:
+    return slot(GPU_SLOT, CoSchedGPUNode=True, CoSchedGPUCount=2, CoSchedGPU0Memory=15360, CoSchedGPU0Compute=1000,
+                **attrs)
+
+
+def gpu_job(**attrs) -> classad2.ClassAd:
+    return classad2.ClassAd({"RequestGPUMemory": 4000, "RequestGPUCompute": 250, "CoSchedPinGPUs": "0",
+                             "CoSchedPinGPUMemory": 4000, "CoSchedPinGPUCompute": 250, "CoSchedPinSlot": GPU_SLOT,
+                             **attrs})
+
+
+def test_a_gpu_node_takes_a_gpu_job_only_pinned_to_it_and_cpu_jobs_freely():
+    assert starts(gpu_slot(), gpu_job())
+    assert starts(gpu_slot(Name="slot1_3@node6@node6.cosched.test", PartitionableSlot=False), gpu_job())
+    assert not starts(gpu_slot(), gpu_job(CoSchedPinSlot=DEVICE_SLOT))
+    assert not starts(gpu_slot(), gpu_job(CoSchedPinSlot=classad2.Value.Undefined))
+    whole = {"RequestGPUs": 2, "RequestGPUMemory": classad2.Value.Undefined,
+             "RequestGPUCompute": classad2.Value.Undefined}
+    assert starts(gpu_slot(), gpu_job(**whole)) and not starts(gpu_slot(), gpu_job(**whole, CoSchedPinSlot="x"))
+    # a job carrying a GPU pin but no GPU request (the transform clears those) is still a GPU job
+    assert not starts(gpu_slot(), classad2.ClassAd({"RequestCpus": 1, "CoSchedPinGPUs": "0"}))
+    assert starts(gpu_slot(), classad2.ClassAd({"RequestCpus": 1}))
+    assert not starts(gpu_slot(), device_job(CoSchedPinSlot=GPU_SLOT))
+    assert not starts(gpu_slot(), spread_job(CoSchedPinSlot=GPU_SLOT))
+
+
+def test_gpu_jobs_run_nowhere_but_a_gpu_node():
+    assert not starts(slot(SOCKET_SLOT), gpu_job(CoSchedPinSlot=SOCKET_SLOT))
+    assert not starts(slot(SOCKET_SLOT), classad2.ClassAd({"RequestGPUs": 1}))
+    assert not starts(slot(DEVICE_SLOT), device_job(RequestGPUMemory=1000))
+
+
+def test_a_gpu_job_the_hook_refused_waits_for_a_newer_pin():
+    refused = vacated(303, message="condor_sched: GPU node node6 (slot1_2): GPU 0 runs jobs of bob, not alice")
+    assert not starts(gpu_slot(), gpu_job(**refused, CoSchedPinTime=1000))
+    assert starts(gpu_slot(), gpu_job(**refused, CoSchedPinTime=1001))
