@@ -213,8 +213,9 @@ def gpu_request(ad: classad2.ClassAd) -> GpuRequest | None:
     """A GPU job's request (issue 13), None for other jobs: a job is a GPU job when it asks for
     GPU memory or compute (``request_GPUMemory``, ``request_GPUCompute``: a share of one GPU,
     or whole GPUs) or for whole GPUs (``request_GPUs``). Raises AdError naming the attribute
-    that the execute node would refuse: a share (compute < 1000) of more than one GPU, values
-    that are not positive integers in range. A share without ``request_GPUMemory`` takes its
+    that the execute node would refuse: a share (compute < 1000) together with
+    ``request_GPUs`` (which takes whole GPUs from the node's GPU count), values that are not
+    positive integers in range. A share without ``request_GPUMemory`` takes its
     compute share of the GPU's memory."""
     memory, compute, count = (_eval(ad, a) for a in ("RequestGPUMemory", "RequestGPUCompute", "RequestGPUs"))
     if memory in (None, 0) and compute in (None, 0) and count in (None, 0):
@@ -222,9 +223,9 @@ def gpu_request(ad: classad2.ClassAd) -> GpuRequest | None:
     n = 1 if count in (None, 0) else _number(ad, "RequestGPUs", required=True, minimum=1, maximum=MAX_GPUS_PER_JOB)
     share = WHOLE_GPU if compute is None else _number(ad, "RequestGPUCompute", required=True, minimum=1,
                                                       maximum=WHOLE_GPU)
-    if n > 1 and share < WHOLE_GPU:
-        raise AdError("RequestGPUCompute", f"= {share}: a share (< {WHOLE_GPU}) is of one GPU, but request_GPUs = {n} "
-                      "asks for whole GPUs")
+    if share < WHOLE_GPU and count not in (None, 0):
+        raise AdError("RequestGPUCompute", f"= {share}: a share (< {WHOLE_GPU}) of one GPU is asked without "
+                      f"request_GPUs, which takes whole GPUs (request_GPUs = {count})")
     memory_mb = None if memory is None else _number(ad, "RequestGPUMemory", required=True, minimum=1)
     return GpuRequest(count=n, compute=share, memory_mb=memory_mb)
 

@@ -43,7 +43,7 @@ from typing import Any
 
 from condor_sched import resources
 from condor_sched.device_kinds import DEFAULT_KIND, DeviceKindError, device_kind
-from condor_sched.model import Resources, Slot, SlotKind
+from condor_sched.model import WHOLE_GPU, Gpu, Resources, Slot, SlotKind
 from condor_sched.yamlio import check_keys, checked_number, load_yaml, shown
 
 NODE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
@@ -290,11 +290,17 @@ NODE_SHARING_FACTOR = 0.5
 
 def node_slots(node: Node, domain: str) -> list[Slot]:
     """The partitionable slots of an idle node, in slot-id order: sockets (or, on a
-    node-sharing node, its NODE slot and the overlapping GUEST slot), then devices.
+    node-sharing node, its NODE slot and the overlapping GUEST slot), then devices; a GPU
+    node's one GPU_NODE slot.
 
     This is the layout the local pool configures; the simulator uses it directly.
     """
     slots: list[Slot] = []
+    if node.gpus:
+        res = Resources(cpus=node.cores, memory_mb=node.memory_mb)
+        gpus = tuple(Gpu(index=k, uuid=g.uuid, model=g.model, memory_mb=g.memory_mb, free_memory_mb=g.memory_mb,
+                         free_compute=WHOLE_GPU, capability=g.capability) for k, g in enumerate(node.gpus))
+        return [Slot(slot_name(1, node.name, domain), f"{node.name}.{domain}", SlotKind.GPU_NODE, res, res, gpus=gpus)]
     if node.node_sharing:
         cores, memory = node.host_share()
         res = Resources(cpus=cores, memory_mb=memory)

@@ -215,17 +215,20 @@ def allocation_curve(arrived_milli: np.ndarray, allocated_milli: np.ndarray, cap
                      top_pct: int = 130) -> list[list[float]]:
     """[arrived %, unallocated GPU %] per integer percentage 0..top_pct from per-task rows, as
     ``merge_alloc_discrete.py``: rows with round(arrived %) == p, else within p +- 1, averaged
-    (each row's allocated % rounded to 2 places first, as there)."""
+    (each row's allocated % rounded to 2 places first, as there). Where no row is that close
+    (traces of a few large tasks; the analysis skips the point) the curve takes the row at
+    which the requests first passed p, so that every percentage up to the last arrival has a
+    point."""
     total_gpus = capacity_gpu_milli / WHOLE_GPU_MILLI
     arrive = np.round(arrived_milli / total_gpus / 10, 0)  # numpy rounds half to even, as Python's round
     alloc = np.round(allocated_milli / total_gpus / 10, 2)
     curve = []
-    for pct in range(0, top_pct + 1):
+    for pct in range(0, min(top_pct, int(arrive.max())) + 1):
         rows = arrive == pct
         if not rows.any():
             rows = (arrive >= pct - 1) & (arrive <= pct + 1)
-            if not rows.any():
-                continue
+        if not rows.any():  # a few large tasks (small traces): the state when the requests passed pct
+            rows = np.arange(len(arrive)) == np.flatnonzero(arrive >= pct)[0]
         curve.append([float(pct), round(100.0 - round(float(alloc[rows].mean()), 2), 2)])
     return curve
 

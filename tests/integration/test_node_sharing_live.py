@@ -22,7 +22,9 @@ pytestmark = pytest.mark.pool
 
 NODE = "node5"
 MALLEABLE = {"executable": "/bin/sleep", "should_transfer_files": "YES", "output": "out", "error": "err",
-             "log": "log", "request_cpus": "8", "request_memory": "500", "+CoSchedMalleable": "true"}
+             "log": "log", "request_cpus": "8", "request_memory": "500", "+CoSchedMalleable": "true",
+             # node6 (a GPU node) runs 8-core CPU jobs too: keep these on the node-sharing node
+             "requirements": "TARGET.CoSchedNodeSlot =?= true || TARGET.CoSchedGuestSlot =?= true"}
 ATTRS = ["JobStatus", "RemoteHost", "CoSchedPinSlot", "CoSchedPinReason", "CoSchedPinMate", "VacateReason",
          "VacateReasonCode", "HoldReasonCode", "ExitCode", "AllowedExecuteDuration", "LastRemoteHost"]
 

@@ -169,12 +169,12 @@ def test_require_gpus_limits_the_models():
 
 def test_a_job_no_gpu_node_can_hold_is_held_with_the_reason_and_bad_requests_are_named():
     d = decide([gpu_job(0, compute=None, memory=None, gpus=4), gpu_job(1, memory=40000),
-                gpu_job(2, compute=300, gpus=2), gpu_job(3, compute="lots")], [gpu_node_ad("node1", gpus=2)])
+                gpu_job(2, compute=300, gpus=1), gpu_job(3, compute="lots")], [gpu_node_ad("node1", gpus=2)])
     holds = dict(d.gpu_sharing.holds)
     assert "no GPU node has more than 2 GPUs" in holds[key(0)]
     assert "the largest GPU has 15360 MB" in holds[key(1)]
     skipped = {s.job: s.reason for s in d.skipped}
-    assert "RequestGPUCompute" in skipped[key(2)] and "of one GPU" in skipped[key(2)]
+    assert "RequestGPUCompute" in skipped[key(2)] and "without request_GPUs" in skipped[key(2)]
     assert "RequestGPUCompute" in skipped[key(3)]
     assert {h.job for h in d.holds} == {key(2), key(3)}
     assert pins_of(d) == {}
