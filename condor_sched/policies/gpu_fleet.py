@@ -104,6 +104,9 @@ class GpuFleet:
         self.gpu_free_milli = np.where(present, compute_capacity, -1).astype(np.int64)
         self.gpu_memory_free_mb = np.where(present, self.gpu_memory_total_mb, -1).astype(np.int64)
         self.gpu_owner = np.full((n, self.width), NO_OWNER, dtype=np.int64)
+        # Tasks on each node by GPU kind (column 0: sharing tasks, column g: tasks of g whole
+        # GPUs), the node's "GPU affinity" that the gpu-clustering baseline scores.
+        self.tasks_by_gpu_kind = np.zeros((n, self.width + 1), dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -176,6 +179,8 @@ class GpuFleet:
             self.gpu_memory_free_mb[node, g] -= need[node, g]
             if task.shares_gpu:
                 self.gpu_owner[node, g] = task.owner
+        if task.gpus:
+            self.tasks_by_gpu_kind[node, gpu_kind(task)] += 1
 
     def release(self, task: GpuTask, placement: GpuPlacement) -> None:
         """Give back what :meth:`commit` took for the same task and placement."""
@@ -188,3 +193,11 @@ class GpuFleet:
             self.gpu_memory_free_mb[node, g] += need[node, g]
             if self.gpu_free_milli[node, g] == self.gpu_capacity_milli[node, g]:
                 self.gpu_owner[node, g] = NO_OWNER
+        if task.gpus:
+            self.tasks_by_gpu_kind[node, gpu_kind(task)] -= 1
+
+
+def gpu_kind(task: GpuTask) -> int:
+    """Column of :attr:`GpuFleet.tasks_by_gpu_kind` a GPU task counts in: 0 for a share of one
+    GPU, else its number of whole GPUs."""
+    return 0 if task.shares_gpu else task.gpus

@@ -1,0 +1,274 @@
+"""Alibaba's openb GPU-sharing trace (cluster-trace-gpu-v2023, the data of Weng et al.,
+USENIX ATC '23) as a fleet and tasks, and the paper's inflation protocol.
+
+The protocol follows the paper's simulator (hkust-adsl/kubernetes-scheduler-simulator):
+
+* the tasks are shuffled (``SortClusterPods`` with ``shufflePod``: sorted by name, then
+  shuffled; here with numpy's generator seeded by ``seed``, Go's ``math/rand`` stream is not
+  reproduced);
+* clones are appended (``tuneUpPods`` in ``pkg/simulator/simulator.go``): a task of the
+  original list drawn uniformly with replacement is appended while the requested GPU compute
+  plus the drawn task's PER-GPU compute stays within ``inflation_pct`` of the capacity; the
+  first draw that would pass it stops the inflation (the simulator compares the per-GPU
+  ``MilliGpu`` and then adds the task's total, so a multi-GPU clone may pass the limit; kept);
+* tasks arrive in order and never finish; a task that fits nowhere fails and is not retried
+  (``SchedulePods``). With ``batch`` B > 1 the tasks arrive B at a time and the policy plans
+  each batch in one call; a task left unplaced after its batch's plan fails;
+* after every task the simulator logs the allocated GPU compute and the arrived GPU requests
+  (``ClusterGpuFragReport``; a CPU-only task adds no request but still logs a row). Its
+  analysis (``experiments/analysis/merge_alloc_discrete.py``) rounds each row's arrived
+  requests to an integer percentage of the capacity and averages the allocation of the rows
+  at each percentage (if none, of the rows within one point). The curve here is that, as
+  unallocated GPU % = 100 - allocated / capacity x 100; the paper's figure is its value at
+  100 (median over seeds in ``experiments/plot/plot_openb_alloc.py``). In a batch, the row of
+  a task counts the batch's placements up to that task (the policy commits in order).
+
+GPU memory: the trace gives none; a task's is its compute share of its GPU's memory
+(``gpu_memory_mb=None`` on :class:`GpuTask`), so with the table below, in whole thousands of
+MB, memory never binds before compute; it only matters for memory-specific tests.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from condor_sched.policies.gpu_fleet import WHOLE_GPU_MILLI, GpuFleet, GpuTask
+from condor_sched.policies.gpu_policies import GpuPlanContext, GpuPolicy, typical_tasks
+
+#: GPU memory (MB) of each model of the trace: vendor figures (T4 16 GB, P100 16 GB, V100
+#: 16/32 GB, A10 24 GB). G1-G3 are undisclosed models; 32000 MB is our choice (a V100M32-class
+#: card in 8-GPU nodes), documented as such and only relevant to memory-specific behaviour.
+MODEL_GPU_MEMORY_MB = {
+    "T4": 16000,
+    "P100": 16000,
+    "V100M16": 16000,
+    "V100M32": 32000,
+    "A10": 24000,
+    "G1": 32000,
+    "G2": 32000,
+    "G3": 32000,
+}
+
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+TASK_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+TIME_COLUMNS = ("creation_time", "deletion_time", "scheduled_time")
+
+
+class OpenbError(ValueError):
+    """A bad openb file; the message names the file, line and column."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpenbTask:
+    """A task of a pod list with its times (s; None when absent or empty)."""
+
+    task: GpuTask
+    creation_s: int | None = None
+    scheduled_s: int | None = None
+    deletion_s: int | None = None
+
+
+def _rows(path: Path, required: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            header = reader.fieldnames or []
+            for column in required:
+                if column not in header:
+                    raise OpenbError(f"{path}: line 1: column {column!r} missing (header: {','.join(header)})")
+            rows = []
+            for row in reader:
+                if None in row or any(row.get(c) is None for c in header):
+                    raise OpenbError(f"{path}: line {reader.line_num}: {len(header)} columns expected")
+                rows.append((reader.line_num, row))
+            return rows
+    except OSError as err:
+        raise OpenbError(f"{path}: {err.strerror}") from err
+
+
+def _int(path: Path, line: int, row: dict[str, str], column: str, low: int = 0, high: int | None = None,
+         optional: bool = False) -> int | None:
+    text = (row.get(column) or "").strip()
+    if optional and text == "":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise OpenbError(f"{path}: line {line}: column {column}: {text!r} is not an integer") from None
+    if value < low or (high is not None and value > high):
+        bound = f"{low}..{high}" if high is not None else f">= {low}"
+        raise OpenbError(f"{path}: line {line}: column {column}: {value} not in {bound}")
+    return value
+
+
+def read_openb_nodes(path: str | Path) -> GpuFleet:
+    """The node list (``sn,cpu_milli,memory_mib,gpu,model``) as a fleet, one GPU slot per
+    ``gpu``, each with its model's memory from :data:`MODEL_GPU_MEMORY_MB`."""
+    path = Path(path)
+    names, models, cpus, mems, gpu_mems = [], [], [], [], []
+    for line, row in _rows(path, NODE_COLUMNS):
+        model = row["model"].strip()
+        gpus = _int(path, line, row, "gpu")
+        if gpus and model not in MODEL_GPU_MEMORY_MB:
+            raise OpenbError(f"{path}: line {line}: column model: unknown GPU model {model!r} "
+                             f"(known: {', '.join(sorted(MODEL_GPU_MEMORY_MB))})")
+        names.append(row["sn"].strip())
+        models.append(model)
+        cpus.append(_int(path, line, row, "cpu_milli"))
+        mems.append(_int(path, line, row, "memory_mib"))
+        gpu_mems.append([MODEL_GPU_MEMORY_MB.get(model, 0)] * (gpus or 0))
+    if len(set(names)) != len(names):
+        raise OpenbError(f"{path}: duplicate node names in column sn")
+    return GpuFleet(names, models, cpus, mems, gpu_mems)
+
+
+def read_openb_tasks(path: str | Path) -> list[OpenbTask]:
+    """A pod list as tasks: ``num_gpu`` GPUs of ``gpu_milli`` each (1..1000; below 1000 only
+    for one GPU), ``gpu_spec`` the accepted models (``|``-separated, empty = any; each must be
+    a model of :data:`MODEL_GPU_MEMORY_MB`). The multigpu lists have the first five columns
+    only: no models, no times."""
+    path = Path(path)
+    tasks = []
+    for line, row in _rows(path, TASK_COLUMNS):
+        gpus = _int(path, line, row, "num_gpu")
+        milli = _int(path, line, row, "gpu_milli", high=WHOLE_GPU_MILLI)
+        if gpus == 0 and milli:
+            raise OpenbError(f"{path}: line {line}: column gpu_milli: {milli} without a GPU (num_gpu 0)")
+        if gpus and not milli:
+            raise OpenbError(f"{path}: line {line}: column gpu_milli: 0 for {gpus} GPUs")
+        if gpus and gpus > 1 and milli != WHOLE_GPU_MILLI:
+            raise OpenbError(f"{path}: line {line}: column gpu_milli: {milli} on {gpus} GPUs (must be 1000)")
+        spec = (row.get("gpu_spec") or "").strip()
+        models = frozenset(m for m in spec.split("|") if m) or None
+        for model in models or ():
+            if model not in MODEL_GPU_MEMORY_MB:
+                raise OpenbError(f"{path}: line {line}: column gpu_spec: unknown GPU model {model!r}")
+        task = GpuTask(name=row["name"].strip(), cpu_milli=_int(path, line, row, "cpu_milli"),
+                       memory_mib=_int(path, line, row, "memory_mib"), gpus=gpus, gpu_milli=milli,
+                       models=models if gpus else None)
+        times = {c: _int(path, line, row, c, optional=True) if c in row else None for c in TIME_COLUMNS}
+        tasks.append(OpenbTask(task, creation_s=times["creation_time"], scheduled_s=times["scheduled_time"],
+                               deletion_s=times["deletion_time"]))
+    return tasks
+
+
+@dataclass(frozen=True, slots=True)
+class InflationResult:
+    """One run of the inflation protocol (module docstring)."""
+
+    policy: str
+    seed: int
+    batch: int
+    unallocated_gpu_pct_at_100: float
+    curve: list[list[float]]
+    failed_tasks: int
+    failed_tasks_at_100: int
+    tasks: int
+    clones: int
+    capacity_gpu_milli: int
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"policy": self.policy, "seed": self.seed, "batch": self.batch,
+                "unallocated_gpu_pct_at_100": self.unallocated_gpu_pct_at_100, "curve": self.curve,
+                "failed_tasks": self.failed_tasks, "failed_tasks_at_100": self.failed_tasks_at_100,
+                "tasks": self.tasks, "clones": self.clones, "capacity_gpu_milli": self.capacity_gpu_milli,
+                **self.extra}
+
+
+def inflate(tasks: Sequence[GpuTask], capacity_gpu_milli: int, rng: np.random.Generator,
+            inflation_pct: float = 130) -> list[GpuTask]:
+    """The tasks shuffled (by name first), then clones drawn with replacement appended up to
+    ``inflation_pct`` of the capacity (``tuneUpPods``; module docstring)."""
+    ordered = sorted(tasks, key=lambda t: t.name)
+    shuffled = [ordered[i] for i in rng.permutation(len(ordered))]
+    limit = inflation_pct / 100 * capacity_gpu_milli
+    requested = sum(t.gpu_milli_total for t in tasks)
+    out = list(shuffled)
+    if requested >= limit:
+        # The simulator prunes instead (tuneDownPods): random tasks removed until within the limit.
+        while requested > limit and out:
+            gone = out.pop(int(rng.integers(len(out))))
+            requested -= gone.gpu_milli_total
+        return out
+    clone = 0
+    while True:
+        source = tasks[int(rng.integers(len(tasks)))]
+        if requested + (source.gpu_milli if source.gpus else 0) > limit:
+            return out
+        requested += source.gpu_milli_total
+        out.append(_renamed(source, f"{source.name}-tuned-{clone}"))
+        clone += 1
+
+
+def _renamed(task: GpuTask, name: str) -> GpuTask:
+    return GpuTask(name=name, cpu_milli=task.cpu_milli, memory_mib=task.memory_mib, gpus=task.gpus,
+                   gpu_milli=task.gpu_milli, gpu_memory_mb=task.gpu_memory_mb, models=task.models, owner=task.owner)
+
+
+def allocation_curve(arrived_milli: np.ndarray, allocated_milli: np.ndarray, capacity_gpu_milli: int,
+                     top_pct: int = 130) -> list[list[float]]:
+    """[arrived %, unallocated GPU %] per integer percentage 0..top_pct from per-task rows, as
+    ``merge_alloc_discrete.py``: rows with round(arrived %) == p, else within p +- 1, averaged
+    (each row's allocated % rounded to 2 places first, as there)."""
+    total_gpus = capacity_gpu_milli / WHOLE_GPU_MILLI
+    arrive = np.round(arrived_milli / total_gpus / 10, 0)  # numpy rounds half to even, as Python's round
+    alloc = np.round(allocated_milli / total_gpus / 10, 2)
+    curve = []
+    for pct in range(0, top_pct + 1):
+        rows = arrive == pct
+        if not rows.any():
+            rows = (arrive >= pct - 1) & (arrive <= pct + 1)
+            if not rows.any():
+                continue
+        curve.append([float(pct), round(100.0 - round(float(alloc[rows].mean()), 2), 2)])
+    return curve
+
+
+def run_inflation(fleet: GpuFleet, tasks: Sequence[OpenbTask | GpuTask], policy: GpuPolicy, seed: int,
+                  batch: int = 1, inflation_pct: float = 130) -> InflationResult:
+    """The paper's inflation protocol (module docstring) on a copy of ``fleet``; FGD's target
+    workload is :func:`typical_tasks` of the original task list (``SetTypicalPods`` runs on
+    the workload before it is inflated)."""
+    if batch < 1:
+        raise ValueError(f"batch {batch} < 1")
+    originals = [t.task if isinstance(t, OpenbTask) else t for t in tasks]
+    if not originals:
+        raise ValueError("no tasks")
+    fleet = fleet.copy()
+    capacity = fleet.total_gpu_milli
+    rng = np.random.default_rng(seed)
+    arrivals = inflate(originals, capacity, rng, inflation_pct)
+    context = GpuPlanContext(rng=rng, typical_tasks=typical_tasks(originals))
+    requests = np.array([t.gpu_milli_total for t in arrivals], dtype=np.int64)
+    placed_milli = np.zeros(len(arrivals), dtype=np.int64)
+    failed = np.zeros(len(arrivals), dtype=bool)
+    for start in range(0, len(arrivals), batch):
+        chunk = arrivals[start:start + batch]
+        placements = policy.place(fleet, chunk, context)
+        if len(placements) != len(chunk):
+            raise ValueError(f"policy {policy.name} returned {len(placements)} placements for {len(chunk)} tasks")
+        for offset, placement in enumerate(placements):
+            if placement is None:
+                failed[start + offset] = True
+            else:
+                placed_milli[start + offset] = requests[start + offset]
+    arrived = np.concatenate([[0], np.cumsum(requests)])
+    allocated = np.concatenate([[0], np.cumsum(placed_milli)])
+    curve = allocation_curve(arrived, allocated, capacity, top_pct=int(math.ceil(inflation_pct)))
+    at_100 = next((u for p, u in curve if p == 100), float("nan"))
+    reached = np.flatnonzero(arrived[1:] >= capacity)
+    first = int(reached[0]) if reached.size else len(arrivals) - 1
+    if fleet.allocated_gpu_milli() != int(placed_milli.sum()):
+        raise AssertionError("fleet allocation differs from the placements' sum")
+    return InflationResult(policy=policy.name, seed=seed, batch=batch, unallocated_gpu_pct_at_100=at_100,
+                           curve=curve, failed_tasks=int(failed.sum()),
+                           failed_tasks_at_100=int(failed[:first + 1].sum()), tasks=len(arrivals),
+                           clones=len(arrivals) - len(originals), capacity_gpu_milli=capacity,
+                           extra={"unallocated_gpu_pct_at_first_100": float(round(
+                               100.0 - allocated[first + 1] / capacity * 100, 4))})
