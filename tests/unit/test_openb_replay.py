@@ -1,55 +1,28 @@
 """The openb time replay (issue 13): stock HTCondor layouts and GPU policies, hand-computed."""
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from condor_sched.policies.gpu_fleet import GpuFleet, GpuPlacement, GpuTask
+from condor_sched.policies.gpu_fleet import GpuFleet, GpuTask
+from condor_sched.policies.gpu_policies import GpuPlanContext, gpu_policy
+from condor_sched.simulate.openb import OpenbTask
 from condor_sched.simulate.openb_replay import ReplayError, fleet_subset, run_replay
 
 GPU_MB = 16000
 
 
-@dataclass(frozen=True)
-class Timed:
-    """The fields of an openb task the replay reads (as ``simulate.openb.OpenbTask``)."""
+class Counting:
+    """A GPU policy that records the size of every batch it is offered."""
 
-    task: GpuTask
-    creation_s: int | None
-    scheduled_s: int | None
-    deletion_s: int | None
-
-
-@dataclass(frozen=True)
-class Context:
-    rng: np.random.Generator
-    typical_tasks: tuple = ()
-
-
-class FirstFit:
-    """A tiny stand-in GPU policy: the first node and GPUs where each task fits, in order."""
-
-    name = "first-fit-test"
-
-    def __init__(self):
+    def __init__(self, name):
+        self.policy = gpu_policy(name)
+        self.name = name
         self.offered = []
 
     def place(self, fleet, tasks, context):
         self.offered.append(len(tasks))
-        placements = []
-        for task in tasks:
-            nodes = np.flatnonzero(fleet.node_fits(task))
-            if nodes.size == 0:
-                placements.append(None)
-                continue
-            node = int(nodes[0])
-            gpus = tuple(int(g) for g in np.flatnonzero(fleet.gpu_fits(task)[node])[:task.gpus])
-            placement = GpuPlacement(node, gpus)
-            fleet.commit(task, placement)
-            placements.append(placement)
-        return placements
+        return self.policy.place(fleet, tasks, context)
 
 
 def fleet(nodes=1, gpus=1, gpu_mb=GPU_MB, models=None):
@@ -62,13 +35,12 @@ def share(name, milli, memory_mb=None, gpus=1):
 
 
 def timed(task, arrival_s, run_s):
-    return Timed(task, arrival_s, arrival_s + 3, arrival_s + 3 + run_s)
+    return OpenbTask(task, arrival_s, arrival_s + 3, arrival_s + 3 + run_s)
 
 
 def replay(tasks, layout, the_fleet=None, cycle_s=60):
-    if layout == "policy":
-        layout = FirstFit()
-    return run_replay(the_fleet or fleet(), tasks, layout, cycle_s, 0, context=Context(np.random.default_rng(0)))
+    """``policy``: best-fit, a sharing policy of issue 13."""
+    return run_replay(the_fleet or fleet(), tasks, "best-fit" if layout == "policy" else layout, cycle_s, 0)
 
 
 HALVES = [timed(share("a", 500), 0, 100), timed(share("b", 500), 10, 100)]
@@ -130,14 +102,14 @@ def test_whole_gpu_tasks_release_their_gpu_at_their_end():
 
 
 def test_never_scheduled_tasks_are_left_out_and_counted():
-    tasks = [*HALVES, Timed(share("pending", 500), 5, None, 50)]
+    tasks = [*HALVES, OpenbTask(share("pending", 500), 5, None, 50)]
     result = replay(tasks, "policy")
     assert (result.tasks, result.tasks_never_scheduled, result.tasks_started) == (2, 1, 2)
 
 
 def test_a_list_without_time_columns_is_refused():
     with pytest.raises(ReplayError, match="inflation"):
-        replay([Timed(share("m", 500), None, None, None)], "native-whole")
+        replay([OpenbTask(share("m", 500))], "native-whole")
 
 
 @pytest.mark.parametrize("layout", ["policy", "native-whole", "native-divide-2"])
@@ -153,15 +125,26 @@ def test_a_task_of_a_model_the_fleet_lacks_is_unplaceable():
     assert replay([timed(task, 0, 10)], "native-divide-4").tasks_unplaceable == 1
 
 
+@pytest.mark.parametrize("policy", ["fgd", "best-fit", "random-fit", "dot-product", "gpu-packing", "gpu-clustering"])
+def test_every_gpu_policy_runs_two_half_gpu_tasks_together(policy):
+    result = replay(HALVES, policy)
+    assert (result.layout, result.mean_wait_s, result.makespan_s, result.memory_oversubscriptions) == (policy, 25, 160, 0)
+
+
+def test_an_unknown_policy_is_refused():
+    with pytest.raises(ValueError, match="unknown GPU policy"):
+        replay(HALVES, "no-such-policy")
+
+
 def test_cycles_are_planned_only_when_something_changed():
     tasks = [timed(share("a", 500), 0, 100), timed(share("b", 500), 1_000_000, 100)]
     assert replay(tasks, "policy").planning_cycles == 2
 
 
 def test_a_policy_is_offered_no_more_copies_of_a_request_than_fit():
-    policy = FirstFit()
+    policy = Counting("fgd")
     tasks = [timed(share(f"t{i}", 400), 0, 100) for i in range(10)]
-    result = run_replay(fleet(), tasks, policy, 60, 0, context=Context(np.random.default_rng(0)))
+    result = run_replay(fleet(), tasks, policy, 60, 0, context=GpuPlanContext(np.random.default_rng(0)))
     # Two copies of 0.4 fit a GPU at a time: five rounds of two, every 120 s.
     assert policy.offered == [2] * 5
     assert result.makespan_s == 4 * 120 + 100
@@ -191,7 +174,7 @@ def test_sharing_never_oversubscribes_a_gpu_and_loses_no_task(trace):
             task = share(f"t{i}", milli, mb)
         tasks.append(timed(task, arrival, run))
     the_fleet = fleet(nodes=2, gpus=2)
-    for layout in ("policy", "native-whole"):
+    for layout in ("fgd", "best-fit", "random-fit", "native-whole"):
         result = replay(tasks, layout, the_fleet)
         assert result.memory_oversubscriptions == 0
         assert result.tasks_started + result.tasks_unplaceable == len(tasks)
