@@ -28,21 +28,23 @@ negotiator takes the first matching slot; the seed plays no part):
 - ``native-whole``: a GPU task takes whole GPUs: ``request_GPUs = num_gpu``, and a sharing
   task (``gpu_milli < 1000``) takes one whole GPU, as HTCondor has nothing smaller.
 - ``native-divide-N`` (N = 2, 4): ``condor_gpu_discovery -divide N`` lists every GPU of a
-  node N times and advertises 1/N of its memory per entry (FACTS.md). Without ``-packed`` the
-  list repeats the whole list (``CUDA0, CUDA1, CUDA0, CUDA1``: entry p of a G-GPU node is GPU
+  node N times and advertises 1/N of its memory per entry (FACTS.md). Without ``-packed``
+  the whole list repeats (``CUDA0, CUDA1, CUDA0, CUDA1``: entry p of a G-GPU node is GPU
   p mod G); ``native-divide-N-packed`` models ``-packed`` (``CUDA0, CUDA0, CUDA1, CUDA1``:
   GPU p div N). What a user submits: a sharing task of ``gpu_milli`` m asks the smallest k
-  parts with k / N >= m / 1000 (``request_GPUs = k``), a task of g whole GPUs asks k = N x g
-  parts. What HTCondor does: the startd hands out the first k free entries of the node's
-  list, nothing ties them to one physical GPU, and nothing is enforced (GPU memory is only
-  a match filter). What the job does: ``CUDA_VISIBLE_DEVICES`` lists the GPUs of its
-  entries; a one-GPU task runs on the GPU of its first entry (CUDA's device 0), a task of g
-  GPUs on the first g distinct GPUs of its entries, whole. Its GPU memory lands on those
-  GPUs: ``gpu_memory_mb``, or (openb) its ``gpu_milli`` share of the GPU's memory.
+  parts with k / N >= m / 1000 (``request_GPUs = k``; the trace gives compute shares only,
+  and a per-entry memory filter cannot ask for a sum), a task of g whole GPUs k = N x g.
+  What HTCondor does: the startd hands out the first k free entries of the node's list
+  (``MachAttributes::AllocateDevId`` in ``src/condor_startd.V6/ResAttributes.cpp`` takes the
+  first unassigned id in list order); nothing ties them to one physical GPU and nothing is
+  enforced (GPU memory is only a match filter). What the job does: ``CUDA_VISIBLE_DEVICES``
+  lists its entries' GPUs; a one-GPU task runs on the GPU of its first entry (CUDA's device
+  0), a task of g GPUs on the first g distinct GPUs of its entries, whole. Its GPU memory
+  lands there: ``gpu_memory_mb``, or (openb) its ``gpu_milli`` share of the GPU's memory.
   A start that puts a GPU's resident tasks' memory over the GPU's memory counts one memory
   oversubscription (``compute_oversubscriptions`` likewise for compute over a whole GPU,
   which time-slicing absorbs at a slowdown); ``part_memory_overruns`` counts tasks whose
-  memory exceeds what their entries on their GPU advertise (each 1/N of the GPU's memory).
+  memory exceeds what their entries on their GPU advertise (1/N of the GPU's memory each).
 
 Any other name is a GPU policy (``condor_sched.policies.gpu_policies``): the batch goes to
 its ``place`` on a copy of the fleet, which holds per-GPU compute and memory as hard limits
@@ -223,7 +225,7 @@ class _Start:
     """What a started task holds: its placement (layout-specific), the GPU-milli it was
     handed and where its GPU compute and memory reside."""
 
-    placement: Any
+    placement: GpuPlacement | tuple[int, np.ndarray]  # a policy's, or a native node and its entries
     allocated_milli: int
     resident: list[tuple[int, int, int, int]]  # (node, gpu, compute milli, memory MB)
 

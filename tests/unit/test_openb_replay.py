@@ -128,7 +128,8 @@ def test_a_task_of_a_model_the_fleet_lacks_is_unplaceable():
 @pytest.mark.parametrize("policy", ["fgd", "best-fit", "random-fit", "dot-product", "gpu-packing", "gpu-clustering"])
 def test_every_gpu_policy_runs_two_half_gpu_tasks_together(policy):
     result = replay(HALVES, policy)
-    assert (result.layout, result.mean_wait_s, result.makespan_s, result.memory_oversubscriptions) == (policy, 25, 160, 0)
+    assert (result.layout, result.mean_wait_s, result.makespan_s) == (policy, 25, 160)
+    assert result.memory_oversubscriptions == 0
 
 
 def test_an_unknown_policy_is_refused():
