@@ -159,14 +159,15 @@ def run_replay(fleet: GpuFleet, tasks: Sequence[TimedTask], layout_or_policy: An
     return _Replay(replayed, layout, cycle_s).run(name, never_scheduled, len(fleet), int(fleet.gpu_count.sum()))
 
 
-def fleet_subset(fleet: GpuFleet, node_fraction: float) -> GpuFleet:
-    """Every k-th node of ``fleet`` (k = round(1 / node_fraction), from the first), a fresh
-    fleet: a proportionally smaller cluster with the same mix of models, for the regime
-    where the trace's load exceeds the cluster (the trace itself is never changed)."""
+def fleet_subset(fleet: GpuFleet, node_fraction: float, offset: int = 0) -> GpuFleet:
+    """Every k-th node of ``fleet`` (k = round(1 / node_fraction)), from node ``offset`` mod k,
+    as a fresh fleet: a proportionally smaller cluster with about the same mix of models, for
+    the regime where the trace's load exceeds the cluster (the trace itself is never
+    changed); the k offsets give k disjoint such clusters."""
     if not 0 < node_fraction <= 1:
         raise ReplayError(f"node fraction must be in (0, 1], got {node_fraction}")
     step = max(1, round(1 / node_fraction))
-    rows = range(0, len(fleet), step)
+    rows = range(offset % step, len(fleet), step)
     return GpuFleet([fleet.names[r] for r in rows],
                     [fleet.model_names[fleet.model_of_node[r]] for r in rows],
                     [int(fleet.cpu_total_milli[r]) for r in rows],

@@ -156,6 +156,7 @@ def test_fleet_subset_takes_every_kth_node():
     assert small.names == ["n0", "n4", "n8"]
     assert small.model_names == ["M0"]
     assert int(small.gpu_count.sum()) == 3
+    assert fleet_subset(fleet(nodes=10), 0.25, offset=5).names == ["n1", "n5", "n9"]
 
 
 request = st.builds(lambda g, milli, mb: (g, milli, mb), st.sampled_from([0, 1, 1, 1, 2]),
