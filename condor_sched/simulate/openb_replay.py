@@ -51,11 +51,18 @@ its ``place`` on a copy of the fleet, which holds per-GPU compute and memory as 
 (compute overcommit 1.0 in these experiments), so a policy cannot oversubscribe; the
 simulator checks that independently from what each start puts on its GPUs.
 
-Measures (:class:`ReplayResult`): mean wait (start - arrival) of the started tasks,
-makespan (last end - first arrival of a started task), GPU utilisation (GPU-milli-seconds the layout hands out
-over GPUs x 1000 x makespan: a sharing task's whole GPU under ``native-whole``, its k / N
-parts under ``-divide``, its share under a policy) and the requested utilisation (the
-tasks' own ``gpu_milli``).
+Any other name is a GPU policy; ``whole:POLICY`` is that policy's node choice with every
+sharing task given a whole GPU: stock HTCondor's whole-GPU allocation under a negotiator
+rank that places as the policy does (an admin's ``NEGOTIATOR_PRE_JOB_RANK``), the control
+that tells the gain of sharing from the gain of choosing nodes well.
+
+Measures (:class:`ReplayResult`): mean wait (start - arrival) of the started tasks (also
+of the GPU tasks and of the sharing tasks alone, and its median, 95th percentile and
+maximum: on a small cluster a few long waits of 8-GPU tasks can make the mean), makespan
+(last end - first arrival of a started task), GPU utilisation (GPU-milli-seconds the layout
+hands out over GPUs x 1000 x makespan: a sharing task's whole GPU under ``native-whole``,
+its k / N parts under ``-divide``, its share under a policy) and the requested utilisation
+(the tasks' own ``gpu_milli``).
 
 Why its own event loop (as :mod:`condor_sched.simulate.cpu_jobs`): the cycle engine's
 device and socket models know no GPU fleet, and the replay needs only arrivals, ends and
@@ -69,7 +76,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, Sequence
 
 import numpy as np
@@ -80,6 +87,8 @@ from condor_sched.policies.gpu_fleet import WHOLE_GPU_MILLI, GpuFleet, GpuPlacem
 NATIVE_LAYOUTS = ("native-whole", "native-divide-2", "native-divide-4")
 #: Layouts also accepted: ``-divide N -packed``.
 PACKED_LAYOUTS = ("native-divide-2-packed", "native-divide-4-packed")
+#: Prefix of a GPU policy name: that policy's node choice with whole GPUs only (no sharing).
+WHOLE_PREFIX = "whole:"
 #: A request that asks nothing of a node fits it this many times (no real limit).
 _UNBOUNDED = 1 << 40
 
@@ -114,6 +123,7 @@ class ReplayResult:
     p95_wait_s: float
     max_wait_s: float
     mean_wait_gpu_s: float
+    mean_wait_sharing_s: float
     makespan_s: float
     gpu_utilization: float
     gpu_requested_utilization: float
@@ -133,7 +143,9 @@ def run_replay(fleet: GpuFleet, tasks: Sequence[TimedTask], layout_or_policy: An
     """Replay ``tasks`` on ``fleet`` (left unchanged) under a native layout or a GPU policy.
 
     ``layout_or_policy``: a name of :data:`NATIVE_LAYOUTS` (or :data:`PACKED_LAYOUTS`), a
-    GPU policy name, or a GpuPolicy object (``name`` and ``place``). ``context``: the
+    GPU policy name, ``whole:`` and a GPU policy name (the policy's node choice, every
+    sharing task given a whole GPU: the control that tells sharing's effect from the node
+    choice's), or a GpuPolicy object (``name`` and ``place``). ``context``: the
     policy's GpuPlanContext; by default one seeded with ``seed`` whose typical tasks (FGD's
     target workload) are the replayed tasks'. Raises :class:`ReplayError` for a list
     without time columns and ``condor_sched.policies.base.PolicyError`` for an unknown
@@ -147,6 +159,10 @@ def run_replay(fleet: GpuFleet, tasks: Sequence[TimedTask], layout_or_policy: An
         layout: _Layout = _NativeLayout(fleet, _divide_of(name), packed=name.endswith("-packed"))
     else:
         policy = layout_or_policy
+        whole = isinstance(policy, str) and policy.startswith(WHOLE_PREFIX)
+        if whole:
+            policy = policy.removeprefix(WHOLE_PREFIX)
+            replayed = [_whole_gpu(r) for r in replayed]
         if isinstance(policy, str):
             from condor_sched.policies.gpu_policies import gpu_policy
             policy = gpu_policy(policy)
@@ -154,7 +170,7 @@ def run_replay(fleet: GpuFleet, tasks: Sequence[TimedTask], layout_or_policy: An
             from condor_sched.policies.gpu_policies import GpuPlanContext, typical_tasks
             context = GpuPlanContext(rng=np.random.default_rng(seed),
                                      typical_tasks=typical_tasks([r.task for r in replayed]))
-        name = policy.name
+        name = WHOLE_PREFIX + policy.name if whole else policy.name
         layout = _PolicyLayout(fleet, policy, context)
     return _Replay(replayed, layout, cycle_s).run(name, never_scheduled, len(fleet), int(fleet.gpu_count.sum()))
 
@@ -185,6 +201,8 @@ class _Timed:
     arrival_s: float
     run_s: float
     request: tuple
+    requested_milli: int
+    shares: bool
 
 
 def _timed_tasks(tasks: Sequence[TimedTask]) -> tuple[list[_Timed], int]:
@@ -207,10 +225,23 @@ def _timed_tasks(tasks: Sequence[TimedTask]) -> tuple[list[_Timed], int]:
             raise ReplayError(f"task {name}: deletion_time {timed.deletion_s} before scheduled_time"
                               f" {timed.scheduled_s}")
         t = timed.task
-        request = (t.cpu_milli, t.memory_mib, t.gpus, t.gpu_milli, t.gpu_memory_mb, t.models, t.owner)
-        replayed.append(_Timed(index, t, float(timed.creation_s), float(run_s), request))
+        replayed.append(_Timed(index, t, float(timed.creation_s), float(run_s), _request(t), t.gpu_milli_total,
+                               t.shares_gpu))
     replayed.sort(key=lambda r: (r.arrival_s, r.index))
     return replayed, never
+
+
+def _request(t: GpuTask) -> tuple:
+    """What tells two tasks' requests apart (tasks of equal requests fit alike)."""
+    return (t.cpu_milli, t.memory_mib, t.gpus, t.gpu_milli, t.gpu_memory_mb, t.models, t.owner)
+
+
+def _whole_gpu(timed: _Timed) -> _Timed:
+    """A sharing task given a whole GPU (and so all of its memory), as stock HTCondor does."""
+    if not timed.shares:
+        return timed
+    task = replace(timed.task, gpu_milli=WHOLE_GPU_MILLI, gpu_memory_mb=None)
+    return replace(timed, task=task, request=_request(task))
 
 
 def _divide_of(name: str) -> int:
@@ -414,6 +445,7 @@ class _Replay:
         waits: list[float] = []
         first_arrival = math.inf
         gpu_waits: list[float] = []
+        share_waits: list[float] = []
         fits_empty: dict[tuple, bool] = {}
         unplaceable = 0
         allocated_milli_s = requested_milli_s = 0.0
@@ -461,8 +493,10 @@ class _Replay:
                 first_arrival = min(first_arrival, timed.arrival_s)
                 if timed.task.gpus:
                     gpu_waits.append(now - timed.arrival_s)
+                if timed.shares:
+                    share_waits.append(now - timed.arrival_s)
                 allocated_milli_s += start.allocated_milli * timed.run_s
-                requested_milli_s += timed.task.gpu_milli_total * timed.run_s
+                requested_milli_s += timed.requested_milli * timed.run_s
             queue = waiting
         makespan = max(0.0, last_end - first_arrival) if waits else 0.0
         capacity = gpus * WHOLE_GPU_MILLI * makespan
@@ -472,7 +506,8 @@ class _Replay:
             tasks_unplaceable=unplaceable, tasks_never_started=len(queue), tasks_started=len(waits),
             mean_wait_s=float(ordered.mean()), median_wait_s=float(np.median(ordered)),
             p95_wait_s=float(np.percentile(ordered, 95)), max_wait_s=float(ordered[-1]),
-            mean_wait_gpu_s=float(np.mean(gpu_waits)) if gpu_waits else 0.0, makespan_s=makespan,
+            mean_wait_gpu_s=float(np.mean(gpu_waits)) if gpu_waits else 0.0,
+            mean_wait_sharing_s=float(np.mean(share_waits)) if share_waits else 0.0, makespan_s=makespan,
             gpu_utilization=allocated_milli_s / capacity if capacity else 0.0,
             gpu_requested_utilization=requested_milli_s / capacity if capacity else 0.0,
             memory_oversubscriptions=self.memory_oversubscriptions,

@@ -101,6 +101,14 @@ def test_whole_gpu_tasks_release_their_gpu_at_their_end():
         assert (result.mean_wait_s, result.makespan_s) == ((0 + 120 + 240) / 3, 340), layout
 
 
+def test_whole_prefix_gives_a_policy_whole_gpus_only():
+    result = replay(HALVES, "whole:best-fit")
+    assert (result.layout, result.mean_wait_s, result.makespan_s) == ("whole:best-fit", 55, 220)
+    assert result.mean_wait_sharing_s == 55
+    assert result.gpu_utilization == pytest.approx(2 * 1000 * 100 / (1000 * 220))
+    assert result.gpu_requested_utilization == pytest.approx(2 * 500 * 100 / (1000 * 220))
+
+
 def test_never_scheduled_tasks_are_left_out_and_counted():
     tasks = [*HALVES, OpenbTask(share("pending", 500), 5, None, 50)]
     result = replay(tasks, "policy")
