@@ -173,7 +173,7 @@ request = st.builds(lambda g, milli, mb: (g, milli, mb), st.sampled_from([0, 1, 
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(request, st.integers(0, 600), st.integers(1, 400)), min_size=1, max_size=25))
-def test_sharing_never_oversubscribes_a_gpu_and_loses_no_task(trace):
+def test_sharing_never_oversubscribes_a_gpu_and_no_layout_loses_a_task(trace):
     tasks = []
     for i, ((gpus, milli, mb), arrival, run) in enumerate(trace):
         if gpus == 0:
@@ -184,8 +184,9 @@ def test_sharing_never_oversubscribes_a_gpu_and_loses_no_task(trace):
             task = share(f"t{i}", milli, mb)
         tasks.append(timed(task, arrival, run))
     the_fleet = fleet(nodes=2, gpus=2)
-    for layout in ("fgd", "best-fit", "random-fit", "native-whole"):
+    for layout in ("fgd", "best-fit", "random-fit", "whole:fgd", "native-whole", "native-divide-2", "native-divide-4"):
         result = replay(tasks, layout, the_fleet)
-        assert result.memory_oversubscriptions == 0
+        if not layout.startswith("native-divide"):
+            assert result.memory_oversubscriptions == 0, layout
         assert result.tasks_started + result.tasks_unplaceable == len(tasks)
         assert result.tasks_never_started == 0
