@@ -50,9 +50,7 @@ Any other name is a GPU policy (``condor_sched.policies.gpu_policies``): the bat
 its ``place`` on a copy of the fleet, which holds per-GPU compute and memory as hard limits
 (compute overcommit 1.0 in these experiments), so a policy cannot oversubscribe; the
 simulator checks that independently from what each start puts on its GPUs.
-
-Any other name is a GPU policy; ``whole:POLICY`` is that policy's node choice with every
-sharing task given a whole GPU: stock HTCondor's whole-GPU allocation under a negotiator
+``whole:POLICY`` is that policy's node choice with every sharing task given a whole GPU: stock HTCondor's whole-GPU allocation under a negotiator
 rank that places as the policy does (an admin's ``NEGOTIATOR_PRE_JOB_RANK``), the control
 that tells the gain of sharing from the gain of choosing nodes well.
 
