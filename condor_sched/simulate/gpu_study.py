@@ -8,8 +8,9 @@ The ``openb:`` prefix of ``--workload`` and ``--inventory`` selects the trace re
   negotiation-cycle batches; ``sequences`` N runs seeds ``seed .. seed+N-1`` and reports
   each seed's figures and the median, as the paper reports the median of 10 seeds.
 - ``replay``: the trace's own arrivals and durations at one negotiation cycle per
-  ``cycle_s`` (:mod:`condor_sched.simulate.openb_replay`), stock HTCondor layouts or a
-  GPU policy.
+  ``cycle_s`` (:mod:`condor_sched.simulate.openb_replay`): stock HTCondor layouts
+  (``native-whole``, ``native-divide-2``, ``native-divide-4`` and their ``-packed`` GPU
+  lists), a GPU policy, or ``whole:POLICY`` (the policy's node choice, whole GPUs only).
 """
 from __future__ import annotations
 
@@ -49,10 +50,10 @@ def simulate_openb(workload: str, inventory: str | None, protocol: str, policy: 
     if protocol not in PROTOCOLS:
         raise OpenbError(f"--protocol {protocol!r}: use {' or '.join(PROTOCOLS)}")
     if protocol == "replay":
-        from condor_sched.simulate.openb_replay import NATIVE_LAYOUTS, run_replay
+        from condor_sched.simulate.openb_replay import NATIVE_LAYOUTS, PACKED_LAYOUTS, WHOLE_PREFIX, run_replay
 
-        if policy not in NATIVE_LAYOUTS:
-            gpu_policy(policy)  # an unknown name is a usage error before the trace is read
+        if policy not in NATIVE_LAYOUTS + PACKED_LAYOUTS:
+            gpu_policy(policy.removeprefix(WHOLE_PREFIX))  # an unknown name is a usage error before the trace is read
     else:
         planner = gpu_policy(policy)
     tasks = read_openb_tasks(openb_path("--workload", workload))

@@ -38,7 +38,8 @@ sleep "$2"
 """
 
 
-def submit_gpu_job(pool, declare_mb: int, seconds: int, user: str = "alice", **requests: str) -> tuple[int, Path]:
+def submit_gpu_job(pool, declare_mb: int, seconds: int, user: str = "alice", count: int = 1,
+                   **requests: str) -> tuple[int, Path]:
     d = pool.job_dir(user)
     script = d / "gpu_job.sh"
     script.write_text(SCRIPT)
@@ -46,7 +47,7 @@ def submit_gpu_job(pool, declare_mb: int, seconds: int, user: str = "alice", **r
     desc = {"executable": str(script), "arguments": f"{declare_mb} {seconds}", "initialdir": str(d),
             "should_transfer_files": "YES", "output": "out", "error": "err", "log": "log", **requests}
     if user == pool.settings.user:
-        return pool.schedd().submit(htcondor2.Submit(desc)).cluster(), d
+        return pool.schedd().submit(htcondor2.Submit(desc), count=count).cluster(), d
     return pool.submit_as(user, desc, [{}]), d
 
 
@@ -136,3 +137,44 @@ def test_a_job_using_more_gpu_memory_than_it_requested_is_stopped_by_the_node_ag
         assert record["device"] == "gpu" and record["pids"], record
     finally:
         pool.admin_remove(f"ClusterId == {cluster}")
+
+
+HISTORY = ["ClusterId", "ProcId", "Owner", "JobStatus", "LastRemoteHost", "JobCurrentStartDate", "CompletionDate",
+           "CoSchedPinGPUs", "CoSchedPinGPUCompute", "CoSchedPinGPUMemory"]
+
+
+def test_the_sidecar_packs_one_owners_shares_on_a_gpu_and_never_mixes_owners(pool):
+    """From submit files to completion with the sidecar's own pins (COSCHED_GPU_POLICY's
+    default): more of alice's shares than one GPU holds, a whole-GPU job and one of bob's
+    shares. Every job ends on node6; per GPU, running shares never exceed its compute or
+    memory, two of alice's shares ran there together, and bob's never ran beside hers."""
+    from test_device_cosched import start_sidecar, stop
+
+    shares, _ = submit_gpu_job(pool, 0, 20, request_GPUMemory="3000", request_GPUCompute="300", count=4)
+    whole, _ = submit_gpu_job(pool, 0, 20, request_GPUs="1")
+    stranger, _ = submit_gpu_job(pool, 0, 20, user=pool.settings.second_user, request_GPUMemory="2000",
+                                 request_GPUCompute="100")
+    clusters = (shares, whole, stranger)
+    sidecar = start_sidecar(pool, "lp-pack")
+    try:
+        wait_until(lambda: not pool.schedd().query(" || ".join(f"ClusterId == {c}" for c in clusters),
+                                                   projection=["JobStatus"]), "every GPU job to finish", 300)
+    finally:
+        log = stop(sidecar)
+        pool.admin_remove(" || ".join(f"ClusterId == {c}" for c in clusters))
+    ran = [dict(a) for c in clusters for a in pool.schedd().history(f"ClusterId == {c}", projection=HISTORY)]
+    assert len(ran) == 6 and all(a["JobStatus"] == 4 for a in ran), (ran, log[-3000:])
+    assert all(f"@{NODE}@" in a["LastRemoteHost"] for a in ran), ran
+    per_gpu: dict[str, list[dict]] = {}
+    for a in ran:
+        for g in str(a["CoSchedPinGPUs"]).split(","):
+            per_gpu.setdefault(g, []).append(a)
+    together = False
+    for jobs in per_gpu.values():
+        for t in sorted({j["JobCurrentStartDate"] for j in jobs}):
+            running = [j for j in jobs if j["JobCurrentStartDate"] <= t < j["CompletionDate"]]
+            assert sum(j["CoSchedPinGPUCompute"] for j in running) <= 1000, running
+            assert sum(j["CoSchedPinGPUMemory"] for j in running) <= 15360, running
+            assert len({j["Owner"] for j in running if j["CoSchedPinGPUCompute"] < 1000}) <= 1, running
+            together |= sum(1 for j in running if j["ClusterId"] == shares) >= 2
+    assert together, per_gpu

@@ -14,9 +14,11 @@ from condor_sched.simulate.packing_bound import one_gpu_packings, unallocated_lo
 SHARES = (110, 230, 320, 460, 470, 500, 810)
 
 
-def fleet_of(nodes: int, gpus: int = 2, cpu: int = 32000) -> GpuFleet:
+def fleet_of(nodes: int, gpus: int | None = 2, cpu: int = 32000) -> GpuFleet:
+    """``nodes`` nodes of ``gpus`` GPUs (None: 2, 4, 8, 2, ... GPUs)."""
+    counts = [gpus or (2, 4, 8)[i % 3] for i in range(nodes)]
     return GpuFleet([f"n{i:02d}" for i in range(nodes)], ["T4"] * nodes, [cpu] * nodes, [131072] * nodes,
-                    [[16000] * gpus for _ in range(nodes)])
+                    [[16000] * n for n in counts])
 
 
 tasks_strategy = st.lists(st.one_of(
@@ -27,8 +29,8 @@ tasks_strategy = st.lists(st.one_of(
 
 @settings(max_examples=40, deadline=None)
 @given(tasks_strategy)
-def test_fgd_pack_takes_a_best_fgd_score_and_the_fullest_node_among_them(tasks):
-    fleet = fleet_of(4)
+def test_fgd_pack_takes_a_best_fgd_score_and_the_most_used_node_among_them(tasks):
+    fleet = fleet_of(4, gpus=None)
     typical = typical_tasks(tasks)
     target = TargetWorkload.of(fleet, typical)
     policy = gpu_policy("fgd-pack")
@@ -45,8 +47,8 @@ def test_fgd_pack_takes_a_best_fgd_score_and_the_fullest_node_among_them(tasks):
             scores = np.where(before.gpu_fits(task)[feasible], scores, np.iinfo(np.int64).min).max(axis=1)
         best = feasible[scores == scores.max()]
         assert placement.node in best
-        free = free_gpu_milli(before).sum(axis=1)
-        assert free[placement.node] == free[best].min()
+        free_share = free_gpu_milli(before).sum(axis=1) * 1000 // (before.gpu_count * 1000)
+        assert free_share[placement.node] == free_share[best].min()
 
 
 def test_fgd_pack_breaks_a_tie_by_load_where_fgd_breaks_it_by_name():
