@@ -219,3 +219,37 @@ def test_fgd_memo_sees_changes_made_to_the_fleet_between_calls():
     fleet.commit(share("x", 500, cpu=0), GpuPlacement(1, (1,)))
     [second] = policy.place(fleet, [share("u", 500, cpu=0)], context(typical))
     assert second == GpuPlacement(1, (1,))
+
+
+def go_fragmentation(cpu_left: int, gpu_left: list[int], model: str, typical) -> float:
+    """``NodeGpuShareFragAmountScore`` of ``pkg/utils/frag.go``, transcribed line by line."""
+    data = [0.0] * 7  # q1, q2, q3, q4, xl, xr, no_access
+    for task, freq in typical:
+        left_total = sum(gpu_left)
+        if task.gpus == 0:
+            kind = 4 if cpu_left >= task.cpu_milli else 5
+        elif task.models is not None and model not in task.models:
+            kind = 6
+        else:
+            fits_gpus = sum(1 for g in gpu_left if g >= task.gpu_milli) >= task.gpus
+            kind = (2 if cpu_left >= task.cpu_milli else 3) if fits_gpus else (1 if cpu_left >= task.cpu_milli else 0)
+        if kind == 2:
+            frag = sum(g for g in gpu_left if g < task.gpu_milli)
+            data[1] += freq * frag
+            data[2] += freq * (left_total - frag)
+        else:
+            data[kind] += freq * left_total
+    return sum(v for i, v in enumerate(data) if i != 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cpu=st.integers(0, 16).map(lambda c: c * 1000), gpus=st.lists(st.integers(0, 10).map(lambda g: g * 100),
+                                                                        min_size=1, max_size=8),
+       model=st.sampled_from(["T4", "A10"]), case=fleets_and_tasks())
+def test_vectorised_fragmentation_equals_the_simulators_loop(cpu, gpus, model, case):
+    _, tasks = case
+    typical = typical_tasks(tasks)
+    fleet = GpuFleet(["n"], [model], [cpu], [1], [[16000] * len(gpus)])
+    target = TargetWorkload.of(fleet, typical)
+    ours = fragmentation(np.array([cpu]), np.array([gpus]), target.model_ok[[0]], target)[0]
+    assert ours == pytest.approx(go_fragmentation(cpu, gpus, model, typical), abs=1e-6)
