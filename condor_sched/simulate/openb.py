@@ -223,12 +223,15 @@ def allocation_curve(arrived_milli: np.ndarray, allocated_milli: np.ndarray, cap
     arrive = np.round(arrived_milli / total_gpus / 10, 0)  # numpy rounds half to even, as Python's round
     alloc = np.round(allocated_milli / total_gpus / 10, 2)
     curve = []
-    for pct in range(0, min(top_pct, int(arrive.max())) + 1):
+    for pct in range(0, top_pct + 1):
         rows = arrive == pct
         if not rows.any():
             rows = (arrive >= pct - 1) & (arrive <= pct + 1)
         if not rows.any():  # a few large tasks (small traces): the state when the requests passed pct
-            rows = np.arange(len(arrive)) == np.flatnonzero(arrive >= pct)[0]
+            passed = np.flatnonzero(arrive >= pct)
+            if passed.size == 0:
+                break
+            rows = np.arange(len(arrive)) == passed[0]
         curve.append([float(pct), round(100.0 - round(float(alloc[rows].mean()), 2), 2)])
     return curve
 

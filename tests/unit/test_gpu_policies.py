@@ -13,7 +13,9 @@ from condor_sched.policies.fgd import TargetWorkload, fgd_scores, fragmentation
 from condor_sched.policies.gpu_fleet import GpuFleet, GpuPlacement, GpuTask
 from condor_sched.policies.gpu_policies import GpuPlanContext, gpu_policy, gpu_policy_names, typical_tasks
 
-ALL = ["best-fit", "dot-product", "fgd", "gpu-clustering", "gpu-packing", "random-fit"]
+PUBLISHED = ["best-fit", "dot-product", "fgd", "gpu-clustering", "gpu-packing", "random-fit"]
+#: The published six and ours (``fgd-pack``).
+ALL = sorted([*PUBLISHED, "fgd-pack"])
 
 
 def fleet_of(*nodes: tuple[str, str, int, int, int]) -> GpuFleet:
