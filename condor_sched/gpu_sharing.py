@@ -34,7 +34,7 @@ from condor_sched.model import (
 )
 from condor_sched.edits import JobChange
 from condor_sched.policies.base import PlanSettings
-from condor_sched.policies.gpu_fleet import NO_OWNER, GpuFleet, GpuPlacement, GpuTask
+from condor_sched.policies.gpu_fleet import GpuFleet, GpuPlacement, GpuTask
 from condor_sched.policies.gpu_policies import GpuPlanContext, GpuPolicy, typical_tasks
 
 

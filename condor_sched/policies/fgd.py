@@ -167,7 +167,7 @@ class FgdPolicy:
     def place(self, fleet: GpuFleet, tasks: Sequence[GpuTask], context: GpuPlanContext) -> list[GpuPlacement | None]:
         typical = context.typical_tasks or typical_tasks(tasks)
         memo = _memo(fleet, typical)
-        ranks = name_rank(fleet)
+        names = name_rank(fleet)
         placements: list[GpuPlacement | None] = []
         for task in tasks:
             feasible = fleet.node_fits(task)
@@ -175,11 +175,12 @@ class FgdPolicy:
                 placements.append(None)
                 continue
             scores = self._scores(fleet, task, feasible, memo)
+            ranks = self.tie_ranks(fleet, names)
             if task.shares_gpu:
                 gpu_scores = np.where(fleet.gpu_fits(task), scores, INFEASIBLE)
                 node = best_node(gpu_scores.max(axis=1), feasible, ranks)
                 assert node is not None
-                gpus: tuple[int, ...] = (int(np.argmax(gpu_scores[node])),)
+                gpus: tuple[int, ...] = (self.gpu_among(fleet, node, gpu_scores[node]),)
             else:
                 node = best_node(scores, feasible, ranks)
                 assert node is not None
@@ -189,6 +190,16 @@ class FgdPolicy:
             memo.touch(fleet, node)
             placements.append(placement)
         return placements
+
+    def tie_ranks(self, fleet: GpuFleet, names: np.ndarray) -> np.ndarray:
+        """Each node's rank among nodes of equal score (lowest wins): the node name's, as
+        the simulator's ``selectHost``."""
+        return names
+
+    def gpu_among(self, fleet: GpuFleet, node: int, gpu_scores: np.ndarray) -> int:
+        """The GPU a share takes on ``node``: the first best-scored one
+        (``calculateGpuShareFragExtendScore``)."""
+        return int(np.argmax(gpu_scores))
 
     @staticmethod
     def _scores(fleet: GpuFleet, task: GpuTask, feasible: np.ndarray, memo: _Memo) -> np.ndarray:

@@ -22,16 +22,13 @@ bound that shows how far any policy could go.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from condor_sched.policies.fgd import FgdPolicy, _memo
-from condor_sched.policies.gpu_fleet import GpuFleet, GpuPlacement, GpuTask
-from condor_sched.policies.gpu_policies import (
-    INFEASIBLE, GpuPlanContext, best_node, exclusive_gpus, free_gpu_milli, name_rank, typical_tasks,
-)
+from condor_sched.policies.fgd import FgdPolicy
+from condor_sched.policies.gpu_fleet import GpuFleet
+from condor_sched.policies.gpu_policies import free_gpu_milli
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,33 +37,12 @@ class FgdPackPolicy(FgdPolicy):
 
     name: str = "fgd-pack"
 
-    def place(self, fleet: GpuFleet, tasks: Sequence[GpuTask], context: GpuPlanContext) -> list[GpuPlacement | None]:
-        typical = context.typical_tasks or typical_tasks(tasks)
-        memo = _memo(fleet, typical)
-        names = name_rank(fleet)
-        span = len(fleet) + 1
-        placements: list[GpuPlacement | None] = []
-        for task in tasks:
-            feasible = fleet.node_fits(task)
-            if not feasible.any():
-                placements.append(None)
-                continue
-            scores = self._scores(fleet, task, feasible, memo)
-            free_share = free_gpu_milli(fleet).sum(axis=1) * 1000 // np.maximum(fleet.gpu_count * 1000, 1)
-            fullest = free_share * span + names
-            if task.shares_gpu:
-                gpu_scores = np.where(fleet.gpu_fits(task), scores, INFEASIBLE)
-                node = best_node(gpu_scores.max(axis=1), feasible, fullest)
-                assert node is not None
-                row = gpu_scores[node]
-                best = np.flatnonzero(row == row.max())
-                gpus: tuple[int, ...] = (int(best[np.argmin(fleet.gpu_free_milli[node][best])]),)
-            else:
-                node = best_node(scores, feasible, fullest)
-                assert node is not None
-                gpus = exclusive_gpus(fleet, task, node)
-            placement = GpuPlacement(node, gpus)
-            fleet.commit(task, placement)
-            memo.touch(fleet, node)
-            placements.append(placement)
-        return placements
+    def tie_ranks(self, fleet: GpuFleet, names: np.ndarray) -> np.ndarray:
+        """The nodes by the share of their GPU compute still free (thousandths), then name."""
+        free_share = free_gpu_milli(fleet).sum(axis=1) * 1000 // np.maximum(fleet.gpu_count * 1000, 1)
+        return free_share * (len(fleet) + 1) + names
+
+    def gpu_among(self, fleet: GpuFleet, node: int, gpu_scores: np.ndarray) -> int:
+        """Among the best-scored GPUs, the one with the least free compute (then the first)."""
+        best = np.flatnonzero(gpu_scores == gpu_scores.max())
+        return int(best[np.argmin(fleet.gpu_free_milli[node][best])])
