@@ -71,6 +71,8 @@ def explain(state: PoolState, decision: CycleDecision, job: Job) -> list[str]:
         return [f"job {key}: its ad cannot be planned: {job.attributes['skipped']}",
                 f"this cycle: held ({hold})" if hold else "this cycle: left untouched (not idle)"]
     lines = [f"job {key}: {job.status.name.lower()}, owner {job.owner or '?'}, submitter {job.submitter or job.owner or '?'}"]
+    if job.gpu is not None:
+        return lines + _gpu_lines(state, decision, job)
     if not (job.uses_device or job.wants_spread):
         return lines + ["not co-scheduled (it requests no device memory and names no +CoSchedProgram): "
                         "HTCondor matches it as usual"]
@@ -90,6 +92,33 @@ def explain(state: PoolState, decision: CycleDecision, job: Job) -> list[str]:
     lines.append(f"{len(slots)} {kind.value} slot(s):")
     lines += [f"  {s.name}: " + ("pinned here" if s.name in pinned else _slot_verdict(job, s, free.get(s.name), eligible))
               for s in sorted(slots, key=lambda s: s.name)]
+    return lines
+
+
+def _gpu_lines(state: PoolState, decision: CycleDecision, job: Job) -> list[str]:
+    """What GPU sharing (``gpu_sharing``) does with a GPU job this cycle, and every GPU node's GPUs."""
+    req, key, gpu = job.gpu, job.key, decision.gpu_sharing
+    what = (f"{req.compute}/1000 of one GPU" if req.shares else f"{req.count} whole GPU(s)")  # type: ignore[union-attr]
+    memory = f"{req.memory_mb} MB" if req.memory_mb is not None else "its share of the GPU's memory"  # type: ignore[union-attr]
+    lines = [f"requests {what}, {memory} of each, {job.request.cpus} cpus, {job.request.memory_mb} MB"]
+    if job.pin_reason:
+        lines.append(f"CoSchedPinReason: {job.pin_reason}")
+    if not job.is_idle:
+        where = f" on {job.remote_slot}" if job.remote_slot else ""
+        return lines + [f"not idle{where}: the sidecar plans idle jobs only"]
+    parts = [f"unpinned: {r}" for k, r in gpu.unpins if k == key] + [f"held: {r}" for k, r in gpu.holds if k == key]
+    if key in gpu.kept:
+        parts.append(f"its pin to GPUs {','.join(map(str, job.pinned_gpus))} of {job.pinned_slot} is kept")
+    elif key in decision.reasons:
+        parts.append(decision.reasons[key])
+    lines.append(f"this cycle ({decision.cycle}): {'; '.join(parts) or 'not planned (COSCHED_GPU_POLICY = none)'}")
+    nodes = sorted((s for s in state.slots if s.kind is SlotKind.GPU_NODE), key=lambda s: s.name)
+    lines.append(f"{len(nodes)} GPU node slot(s):")
+    for slot in nodes:
+        free = ", ".join(f"GPU {g.index} {g.model} {g.free_compute}/{g.compute} compute {g.free_memory_mb}/{g.memory_mb} MB"
+                         for g in slot.gpus)
+        lines.append(f"  {slot.name}: {slot.free.cpus} cpus, {slot.free.memory_mb} MB free; {free}"
+                     + (f"; {slot.unavailable}" if slot.unavailable else ""))
     return lines
 
 

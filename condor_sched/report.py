@@ -77,6 +77,15 @@ def decision_text(state: PoolState, decision: CycleDecision) -> str:
         lines += [f"{str(k):<28} unpin guest: {why}" for k, why in sharing.unpins]
         lines += [f"{str(m.job):<28} mate restored: {m.why}" for m in sharing.restore]
         lines += [f"{str(u.job):<28} {u.reason}" for p in sharing.plans for u in p.unplaced]
+    gpu = decision.gpu_sharing
+    if gpu.plan is not None:
+        lines += ["", f"GPU sharing ({gpu.plan.policy}): {len(gpu.pins)} pinned, {len(gpu.kept)} kept, "
+                      f"{len(gpu.unpins)} to unpin, {len(gpu.holds)} to hold"]
+        lines += [f"{str(p.job):<28} {p.slot} GPU {','.join(map(str, p.gpus))}: {p.compute}/1000 and {p.memory_mb} MB "
+                  "of each" for p in gpu.pins]
+        lines += [f"{str(k):<28} unpin: {why}" for k, why in gpu.unpins]
+        lines += [f"{str(k):<28} hold: {why}" for k, why in gpu.holds]
+        lines += [f"{str(u.job):<28} {u.reason}" for u in gpu.plan.unplaced]
     lines += ["", *_device_rows(state, used)]
     lines += [f"skipped {s}" for s in state.skipped]
     return "\n".join(lines)

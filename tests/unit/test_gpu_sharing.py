@@ -198,3 +198,39 @@ def test_device_and_cpu_jobs_are_untouched_by_gpu_sharing():
     d = decide([cpu, gpu_job(0)], [gpu_node_ad("node1")])
     assert {p.job for p in d.gpu_sharing.pins} == {key(0)}
     assert JobKey(SCHEDD, 2, 0) not in d.reasons
+
+
+def test_explain_tells_a_gpu_job_what_this_cycle_does_and_what_each_gpu_has_free():
+    from condor_sched.explain import explain
+
+    jobs = [gpu_job(0), gpu_job(1, compute=None, memory=None, gpus=4)]
+    slots = [gpu_node_ad("node1", used={1: (300, 2000)})]
+    state = replace(state_from_ads({SCHEDD: jobs}, slots), observed_at_s=NOW)
+    config = CycleConfig.from_settings(settings_from_knobs({}))
+    decision = decide_cycle(state, CycleMemory(5), config)
+    by_key = {j.key: j for j in state.jobs}
+    pinned = "\n".join(explain(state, decision, by_key[key(0)]))
+    assert "requests 250/1000 of one GPU, 4000 MB of each" in pinned and "pinned to GPU" in pinned
+    assert "GPU 1 Tesla T4 700/1000 compute 13360/15360 MB" in pinned
+    held = "\n".join(explain(state, decision, by_key[key(1)]))
+    assert "held: GPU sharing can never place it: request_GPUs = 4" in held
+
+
+def test_plan_prints_the_gpu_pins_as_text_and_json(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from condor_sched.classads import ads_to_json
+    from condor_sched.cli import main
+
+    (tmp_path / "q.json").write_text(ads_to_json([gpu_job(0), gpu_job(1, compute=None, memory=None, gpus=9)]))
+    (tmp_path / "m.json").write_text(ads_to_json([gpu_node_ad("node1")]))
+    args = ["plan", "--queue", str(tmp_path / "q.json"), "--machines", str(tmp_path / "m.json")]
+    text = CliRunner().invoke(main, args, catch_exceptions=False).output
+    assert "GPU sharing (fgd-pack): 1 pinned" in text and "slot1@node1.test GPU 0: 250/1000 and 4000 MB" in text
+    assert "hold: GPU sharing can never place it: request_GPUs = 9" in text
+    report = json.loads(CliRunner().invoke(main, [*args, "--policy", "best-fit", "--json"]).output)
+    assert report["gpu_policy"] == "best-fit"
+    assert report["gpu_pins"] == [{"job": "1.0", "schedd": SCHEDD, "slot": "slot1@node1.test", "gpus": [0],
+                                   "gpu_memory_mb": 4000, "gpu_compute": 250}]
