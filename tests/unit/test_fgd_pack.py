@@ -68,13 +68,17 @@ def test_fgd_pack_breaks_a_tie_by_load_where_fgd_breaks_it_by_name():
 def test_packings_of_one_gpu_and_hand_computed_bounds():
     assert sorted(one_gpu_packings([600, 400])) == [(0, 1), (0, 2), (1, 0), (1, 1)]
     share = lambda m: GpuTask("s", 0, 0, 1, m)  # noqa: E731
-    # two 600s need two GPUs: 800 left; 600 + 400 fill one, the 810 leaves 190.
-    assert unallocated_lower_bound_milli([share(600), share(600)], 1200) == pytest.approx(800)
-    assert unallocated_lower_bound_milli([share(600), share(400), share(810)], 1810) == pytest.approx(190)
-    assert unallocated_lower_bound_milli([GpuTask("w", 0, 0, 2, 1000)], 2000) == 0.0
+    # One GPU, two 600s arrived (200 past the capacity): one 600 is left out, 400 unallocated.
+    assert unallocated_lower_bound_milli([share(600), share(600)], 1000) == pytest.approx(400)
+    # Two GPUs: 600 + 400 and 810 + 190 fill both exactly.
+    assert unallocated_lower_bound_milli([share(600), share(400), share(810), share(190)], 2000) == pytest.approx(0)
+    # Two GPUs, three needed: leaving out an 810 (620 past the capacity) costs the least, 190.
+    assert unallocated_lower_bound_milli([share(600), share(400), share(810), share(810)], 2000) == pytest.approx(190)
+    # A two-GPU task fills both; the share left out is exactly the overshoot.
+    assert unallocated_lower_bound_milli([GpuTask("w", 0, 0, 2, 1000), share(500)], 2000) == pytest.approx(0)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.lists(st.sampled_from(SHARES + (1000,)), min_size=8, max_size=60), st.integers(0, 5))
 def test_no_policy_leaves_less_unallocated_than_the_bound(sizes, seed):
     tasks = [GpuTask(f"t{i}", 1000, 1024, 1, m) for i, m in enumerate(sizes)]
@@ -91,4 +95,4 @@ def test_no_policy_leaves_less_unallocated_than_the_bound(sizes, seed):
     bound = unallocated_lower_bound_milli(arrived, fleet.total_gpu_milli) / fleet.total_gpu_milli * 100
     for name in gpu_policy_names():
         result = run_inflation(fleet, tasks, gpu_policy(name), seed)
-        assert result.extra["unallocated_gpu_pct_at_first_100"] >= bound - 1e-6, name
+        assert result.extra["unallocated_gpu_pct_at_first_100"] >= bound - 1e-3, name  # the figure has 4 decimals
