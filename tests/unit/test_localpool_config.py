@@ -58,8 +58,6 @@ def _slot_types(lines: dict[str, str], prefix: str) -> list[dict[str, str]]:
 
 @pytest.mark.parametrize("node", INVENTORY.nodes, ids=lambda n: n.name)
 def test_discovered_slot_types_match_the_inventory_layout(node):
-    if node.gpus:
-        pytest.skip("a GPU node's one slot: tests/unit/test_gpu_node.py")
     data = discover.parse_node_config(json.loads(json.dumps(node_config(node, config.DOMAIN))))
     lines = _config_lines(discover.render_slots(data, "NODE7"))
     types = _slot_types(lines, "NODE7")
@@ -71,6 +69,10 @@ def test_discovered_slot_types_match_the_inventory_layout(node):
         assert int(t.get("PhiThreads", 0)) == slot.total.device_threads
         assert int(t["LLCWays"]) == slot.total.llc_ways
         assert int(t["MemBW"]) == int(slot.total.mem_bw_gbs)
+        for gpu in slot.gpus:  # a GPU node's one slot: every GPU's memory and compute, as node_slots says
+            assert int(t[f"CoSchedGPU{gpu.index}Memory"]) == gpu.memory_mb
+            assert int(t[f"CoSchedGPU{gpu.index}Compute"]) == gpu.compute
+        assert int(t.get("GPUs", 0)) == len(slot.gpus)
         assert lines[f"NODE7.SLOT_TYPE_{i}_PARTITIONABLE"] == "True"
         assert lines[f"NODE7.NUM_SLOTS_TYPE_{i}"] == "1"
         if slot.device_name:
@@ -79,6 +81,10 @@ def test_discovered_slot_types_match_the_inventory_layout(node):
             assert lines[f"NODE7.SLOT{i}_CoSchedNodeSlot"] == "True"
         elif slot.kind is SlotKind.GUEST:
             assert lines[f"NODE7.SLOT{i}_CoSchedGuestSlot"] == "True"
+        elif slot.kind is SlotKind.GPU_NODE:
+            assert lines[f"NODE7.SLOT{i}_CoSchedGPUNode"] == "True"
+            assert lines[f"NODE7.SLOT{i}_CoSchedGPUCount"] == str(len(slot.gpus))
+            assert [lines[f"NODE7.SLOT{i}_CoSchedGPU{g.index}Uuid"] for g in slot.gpus] == [f'"{g.uuid}"' for g in slot.gpus]
         else:
             assert lines[f"NODE7.SLOT{i}_LLCCacheId"] == str(slot.cache_id)
     # a guest slot overlaps its node slot: the machine counts its cores and memory twice
