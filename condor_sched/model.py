@@ -259,6 +259,9 @@ class Slot:
     unavailable: str | None = None
     #: A GPU_NODE slot's GPUs, by index.
     gpus: tuple[Gpu, ...] = ()
+    #: A GPU node that runs every job under one execute account (``CoSchedGPUSingleAccount``):
+    #: one MPS server serves every Owner there, so its GPUs may hold shares of several Owners.
+    gpu_single_account: bool = False
 
     def with_free(self, free: Resources) -> Slot:
         return replace(self, free=free)
