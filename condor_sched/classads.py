@@ -38,9 +38,10 @@ from cosched_node import rules
 classad2.parseOne("CoSchedClassAdSemantics = true")
 
 from condor_sched.consistency import consistent_state, distinct_slots
-from condor_sched.device_kinds import DeviceKind, device_kinds
+from condor_sched.device_kinds import GPU, DeviceKind, device_kinds
 from condor_sched.gc_pause import gc_paused
 from condor_sched.model import (
+    MAX_GPU_COMPUTE_OVERCOMMIT,
     MALLEABLE_ATTR,
     PIN_CLAUSE,
     PIN_CYCLE_ATTR,
@@ -217,16 +218,17 @@ def gpu_request(ad: classad2.ClassAd) -> GpuRequest | None:
     ``request_GPUs`` (which takes whole GPUs from the node's GPU count), values that are not
     positive integers in range. A share without ``request_GPUMemory`` takes its
     compute share of the GPU's memory."""
-    memory, compute, count = (_eval(ad, a) for a in ("RequestGPUMemory", "RequestGPUCompute", "RequestGPUs"))
+    memory_attr, compute_attr, count_attr = GPU.request_memory_attr, GPU.request_compute_attr, GPU.count_request_attr
+    memory, compute, count = (_eval(ad, a) for a in (memory_attr, compute_attr, count_attr))
     if memory in (None, 0) and compute in (None, 0) and count in (None, 0):
         return None
-    n = 1 if count in (None, 0) else _number(ad, "RequestGPUs", required=True, minimum=1, maximum=MAX_GPUS_PER_JOB)
-    share = WHOLE_GPU if compute is None else _number(ad, "RequestGPUCompute", required=True, minimum=1,
+    n = 1 if count in (None, 0) else _number(ad, count_attr, required=True, minimum=1, maximum=MAX_GPUS_PER_JOB)
+    share = WHOLE_GPU if compute is None else _number(ad, compute_attr, required=True, minimum=1,
                                                       maximum=WHOLE_GPU)
     if share < WHOLE_GPU and count not in (None, 0):
-        raise AdError("RequestGPUCompute", f"= {share}: a share (< {WHOLE_GPU}) of one GPU is asked without "
+        raise AdError(compute_attr, f"= {share}: a share (< {WHOLE_GPU}) of one GPU is asked without "
                       f"request_GPUs, which takes whole GPUs (request_GPUs = {count})")
-    memory_mb = None if memory is None else _number(ad, "RequestGPUMemory", required=True, minimum=1)
+    memory_mb = None if memory is None else _number(ad, memory_attr, required=True, minimum=1)
     return GpuRequest(count=n, compute=share, memory_mb=memory_mb)
 
 
@@ -241,11 +243,11 @@ def _pinned_gpus(ad: classad2.ClassAd) -> tuple[int, ...]:
 def _require_gpus(ad: classad2.ClassAd) -> str | None:
     """The job's ``require_gpus`` expression text (evaluated against each GPU's properties by
     ``gpu_sharing``); AdError when it is too long to be a reasonable constraint."""
-    if "RequireGPUs" not in ad:
+    if GPU.match_request_attr not in ad:
         return None
-    text = _lookup_text(ad, "RequireGPUs")
+    text = _lookup_text(ad, GPU.match_request_attr)
     if len(text) > MAX_REQUIRE_GPUS_CHARS:
-        raise AdError("RequireGPUs", f"longer than {MAX_REQUIRE_GPUS_CHARS} characters")
+        raise AdError(GPU.match_request_attr, f"longer than {MAX_REQUIRE_GPUS_CHARS} characters")
     return text
 
 
@@ -313,7 +315,7 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
             "Requirements": requirements,
             PIN_ORIGINAL_ATTR: _lookup_text(ad, PIN_ORIGINAL_ATTR) if PIN_ORIGINAL_ATTR in ad else None,
             **_node_sharing_attributes(ad),
-            **({"RequireGPUs": _require_gpus(ad)} if gpu is not None else {}),
+            **({GPU.match_request_attr: _require_gpus(ad)} if gpu is not None else {}),
         },
     )
 
@@ -343,7 +345,8 @@ def _record_reads() -> tuple[str, ...]:
 
 
 #: The GPU attributes of a job the sidecar reads (issue 13).
-GPU_JOB_ATTRS = ("RequestGPUMemory", "RequestGPUCompute", "RequestGPUs", "RequireGPUs", PIN_GPUS_ATTR)
+GPU_JOB_ATTRS = (GPU.request_memory_attr, GPU.request_compute_attr, GPU.count_request_attr, GPU.match_request_attr,
+                 PIN_GPUS_ATTR)
 _RECORD_TEXTS = 2
 #: Read per job; they can only make ``submitted_at_s``, ``job_prio`` and ``start_refused`` differ.
 _RECORD_PER_JOB_READS = ("QDate", "JobPrio", "VacateReasonCode", PIN_TIME_ATTR, "LastVacateTime",
@@ -547,8 +550,10 @@ def slot_from_ad(ad: classad2.ClassAd) -> Slot | None:
     cache_id = _number(ad, "LLCCacheId", required=False, default=None) if "LLCCacheId" in ad else None
     slot_kind = SlotKind.DEVICE if kind else SlotKind.SOCKET
     gpus: tuple[Gpu, ...] = ()
-    if kind is None and _lenient(ad, "CoSchedGPUNode", bool):
+    single_account = False
+    if kind is None and _lenient(ad, GPU.node_attr, bool):
         slot_kind, gpus = SlotKind.GPU_NODE, _gpus_of(ad)
+        single_account = _lenient(ad, GPU_SINGLE_ACCOUNT_ATTR, bool) is True
     elif kind is None and _lenient(ad, "CoSchedGuestSlot", bool):
         slot_kind = SlotKind.GUEST
     elif kind is None and _lenient(ad, "CoSchedNodeSlot", bool):
@@ -557,36 +562,43 @@ def slot_from_ad(ad: classad2.ClassAd) -> Slot | None:
                 free=free, device_name=_device_name(ad, kind), cache_id=cache_id,
                 device_kind=kind.name if kind else None,
                 updated_at_s=_number(ad, "LastHeardFrom", required=False) or _number(ad, "MyCurrentTime", required=False),
-                children=_child_names(ad), unavailable=_unavailable(ad) or _no_guests(ad, slot_kind), gpus=gpus)
+                children=_child_names(ad), unavailable=_unavailable(ad) or _no_guests(ad, slot_kind), gpus=gpus,
+                gpu_single_account=single_account)
 
 
 #: The most GPUs a GPU node slot may hold (the schedd transform of config.d/10 defines the
 #: claim's requests for GPU indices 0..MAX_GPUS_PER_NODE-1).
-MAX_GPUS_PER_NODE = 8
+MAX_GPUS_PER_NODE = GPU.max_per_node
 GPU_UUID = re.compile(r"^(?:GPU|MIG)-[A-Za-z0-9-]{1,80}$")
 GPU_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._()/-]{0,63}$")
+#: A GPU node whose jobs all run under one execute account (its node config says so).
+GPU_SINGLE_ACCOUNT_ATTR = f"{GPU.resource_prefix}SingleAccount"
 
 
 def _gpus_of(ad: classad2.ClassAd) -> tuple[Gpu, ...]:
     """A GPU node slot's GPUs (``CoSchedGPUCount``, and per GPU k ``CoSchedGPU<k>Uuid``,
     ``...DeviceName``, ``...Capability``, and the resources ``[TotalSlot]CoSchedGPU<k>Memory``
-    and ``...Compute`` HTCondor accounts); AdError naming the first bad attribute."""
-    count = _number(ad, "CoSchedGPUCount", required=True, minimum=1, maximum=MAX_GPUS_PER_NODE)
+    and ``...Compute`` HTCondor accounts; names from the ``gpu`` kind's record); AdError
+    naming the first bad attribute."""
+    count = _number(ad, GPU.count_attr, required=True, minimum=1, maximum=MAX_GPUS_PER_NODE)
     gpus = []
     for k in range(count):
-        prefix = f"CoSchedGPU{k}"
-        uuid = _string(ad, f"{prefix}Uuid", required=True)
+        uuid_attr, model_attr = GPU.resource_attr(k, "Uuid"), GPU.resource_attr(k, "DeviceName")
+        memory_attr, compute_attr = GPU.resource_attr(k, "Memory"), GPU.resource_attr(k, "Compute")
+        uuid = _string(ad, uuid_attr, required=True)
         if not GPU_UUID.match(uuid):
-            raise AdError(f"{prefix}Uuid", f"must be a GPU or MIG uuid ({GPU_UUID.pattern}), got {_shown(uuid)}")
-        model = _string(ad, f"{prefix}DeviceName", required=True)
+            raise AdError(uuid_attr, f"must be a GPU or MIG uuid ({GPU_UUID.pattern}), got {_shown(uuid)}")
+        model = _string(ad, model_attr, required=True)
         if not GPU_MODEL.match(model):
-            raise AdError(f"{prefix}DeviceName", f"must be a GPU model name ({GPU_MODEL.pattern}), got {_shown(model)}")
-        memory = _number(ad, f"TotalSlot{prefix}Memory", required=True, minimum=1)
-        compute = _number(ad, f"TotalSlot{prefix}Compute", required=True, minimum=WHOLE_GPU)
+            raise AdError(model_attr, f"must be a GPU model name ({GPU_MODEL.pattern}), got {_shown(model)}")
+        memory = _number(ad, f"TotalSlot{memory_attr}", required=True, minimum=1)
+        compute = _number(ad, f"TotalSlot{compute_attr}", required=True, minimum=GPU.whole_compute,
+                          maximum=MAX_GPU_COMPUTE_OVERCOMMIT * GPU.whole_compute)
         gpus.append(Gpu(index=k, uuid=uuid, model=model, memory_mb=memory,
-                        free_memory_mb=_number(ad, f"{prefix}Memory", required=True, maximum=memory),
-                        free_compute=_number(ad, f"{prefix}Compute", required=True, maximum=compute), compute=compute,
-                        capability=_number(ad, f"{prefix}Capability", required=False, integer=False, maximum=100.0)))
+                        free_memory_mb=_number(ad, memory_attr, required=True, maximum=memory),
+                        free_compute=_number(ad, compute_attr, required=True, maximum=compute), compute=compute,
+                        capability=_number(ad, GPU.resource_attr(k, "Capability"), required=False, integer=False,
+                                           maximum=100.0)))
     return tuple(gpus)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -59,6 +60,15 @@ def with_snapshot(f):
     return f
 
 
+
+def gpu_policy_option(default: str) -> Callable[[Callable], Callable]:
+    """``--gpu-policy``: the GPU jobs' policy (COSCHED_GPU_POLICY), any of ``gpu_policy_names()``."""
+    return click.option("--gpu-policy", "gpu_policy_name", type=click.Choice(["none", *gpu_policy_names()]),
+                        default=None,
+                        help="GPU jobs' policy (COSCHED_GPU_POLICY): a fleet policy (fgd-pack, fgd, best-fit, ...) "
+                             f"or a device policy (knapsack, global, ...) on one device slot per GPU; default: {default}.")
+
+
 @main.command()
 @with_snapshot
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -76,10 +86,11 @@ def show(queue: Path, machines: Path, as_json: bool) -> None:
 
 @main.command()
 @with_snapshot
-@click.option("--policy", default="knapsack", show_default=True, type=click.Choice(policy_names() + gpu_policy_names()),
+@click.option("--policy", default="knapsack", show_default=True, type=click.Choice(policy_names() + gpu_policy_names(device_policies=False)),
               help="Planning policy; a spread policy (sns, sns-global, ce, cs) replaces --spread-policy, a GPU "
                    "policy (random-fit, best-fit, dot-product, gpu-packing, gpu-clustering, fgd) the GPU jobs' "
                    "(default: COSCHED_GPU_POLICY's default).")
+@gpu_policy_option("COSCHED_GPU_POLICY's default")
 @click.option("--spread-policy", default="sns", show_default=True, type=click.Choice(["none", *policy_names(PolicyKind.SPREAD)]),
               help="Policy for +CoSchedProgram jobs (COSCHED_SPREAD_POLICY); none leaves them.")
 @click.option("--granularity-mb", type=bounded_int(1, MAX_GRANULARITY_MB), default=50, show_default=True,
@@ -100,7 +111,7 @@ def show(queue: Path, machines: Path, as_json: bool) -> None:
 @click.option("--profiles", "profiles_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Spread-n-Share profile directory (default: the bundled profiles).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def plan(queue: Path, machines: Path, policy: str, spread_policy: str, granularity_mb: int, solver: str,
+def plan(queue: Path, machines: Path, policy: str, gpu_policy_name: str | None, spread_policy: str, granularity_mb: int, solver: str,
          time_limit: float, seed: int, deterministic: bool, thread_overcommit: float, unpin_age_cycles: int,
          profiles_dir: Path | None, as_json: bool) -> None:
     """Decide one sidecar cycle on a queue snapshot offline (nothing is edited).
@@ -125,6 +136,8 @@ def plan(queue: Path, machines: Path, policy: str, spread_policy: str, granulari
     config = CycleConfig(get_policy("knapsack"), spread, settings, unpin_age_cycles, _profiles(profiles_dir),
                          node_policy=get_policy(LIVE_NODE_POLICY),
                          gpu_policy=gpu_policy(DEFAULT_GPU_POLICY)).with_policy(policy)
+    if gpu_policy_name:
+        config = config.with_gpu_policy(gpu_policy_name)
     with gc_paused():
         decision = decide_cycle(state, CycleMemory.fresh(state), config)
         if as_json:
@@ -137,9 +150,11 @@ def plan(queue: Path, machines: Path, policy: str, spread_policy: str, granulari
 @click.argument("job_id", metavar="JOB")
 @with_snapshot
 @click.option("--live", is_flag=True, help="Read the live pool (CONDOR_CONFIG) instead of a snapshot.")
-@click.option("--policy", type=click.Choice(policy_names() + gpu_policy_names()), default=None,
+@click.option("--policy", type=click.Choice(policy_names() + gpu_policy_names(device_policies=False)), default=None,
               help="Decide with this policy (default: COSCHED_POLICY when --live, else knapsack).")
-def explain(job_id: str, queue: Path, machines: Path, live: bool, policy: str | None) -> None:
+@gpu_policy_option("COSCHED_GPU_POLICY when --live, else its default")
+def explain(job_id: str, queue: Path, machines: Path, live: bool, policy: str | None,
+            gpu_policy_name: str | None) -> None:
     """Say why JOB (cluster.proc, or schedd#cluster.proc) is pinned where it is, or why it waits.
 
     It decides the cycle the sidecar would run now and prints what that cycle does with the
@@ -172,6 +187,8 @@ def explain(job_id: str, queue: Path, machines: Path, live: bool, policy: str | 
                              node_policy=get_policy(LIVE_NODE_POLICY), gpu_policy=gpu_policy(DEFAULT_GPU_POLICY))
     if policy:
         config = config.with_policy(policy)
+    if gpu_policy_name:
+        config = config.with_gpu_policy(gpu_policy_name)
     try:
         job = find_job(state, job_id)
     except UnknownJob as e:
@@ -219,9 +236,10 @@ class LeaseRefused(click.ClickException):
 @main.command()
 @click.option("--once", is_flag=True, help="Run one cycle and exit.")
 @click.option("--dry-run", is_flag=True, help="Log what a cycle would do; edit nothing (may run beside the sidecar).")
-@click.option("--policy", type=click.Choice(policy_names() + gpu_policy_names()), default=None,
+@click.option("--policy", type=click.Choice(policy_names() + gpu_policy_names(device_policies=False)), default=None,
               help="Override COSCHED_POLICY (or COSCHED_SPREAD_POLICY, for a spread policy).")
-def run(once: bool, dry_run: bool, policy: str | None) -> None:
+@gpu_policy_option("COSCHED_GPU_POLICY")
+def run(once: bool, dry_run: bool, policy: str | None, gpu_policy_name: str | None) -> None:
     """Run the sidecar: once per negotiation cycle, plan idle co-scheduled jobs and pin them.
 
     Settings are HTCondor knobs COSCHED_* (config.d/50-cosched-sidecar.conf). Without --once
@@ -249,6 +267,8 @@ def run(once: bool, dry_run: bool, policy: str | None) -> None:
         config = CycleConfig.from_settings(settings, _profiles(settings.profile_dir))
         if policy:
             config = config.with_policy(policy)
+        if gpu_policy_name:
+            config = config.with_gpu_policy(gpu_policy_name)
         sidecar = Sidecar(settings, config, read, None if dry_run else pool.JobEditor(), notices=notices,
                           should_stop=lambda: sidecar_daemon is not None and sidecar_daemon.stop_requested)
         if sidecars:  # a reconfig keeps the cycle count and when each job was first seen (aging)

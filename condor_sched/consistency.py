@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 from operator import attrgetter
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from condor_sched.device_kinds import DEFAULT_KIND, device_kind
-from condor_sched.model import Job, JobKey, PoolState, Resources, Skipped, Slot
+from condor_sched.model import HOLDS_A_SLOT, Job, JobKey, PoolState, Resources, Skipped, Slot, partitionable_slot_of
 
 
 def distinct_slots(slots: Sequence[Slot]) -> tuple[list[Slot], list[Skipped]]:
@@ -89,3 +89,24 @@ def consistent_state(state: PoolState) -> PoolState:
         return state
     return replace(state, jobs=tuple(jobs), slots=tuple(s for s, _ in checked),
                    skipped=tuple(reported + skipped))
+
+
+def claim_not_yet_in_ad(job: Job, slots: Mapping[str, Slot]) -> str | None:
+    """The slot of a started job that its slot's ad may not show yet: its resources are not
+    yet out of the ad's free amounts. Exact when the ad lists its dynamic slots (``ChildName``:
+    the job's slot is missing from it); otherwise when the ad predates the job's start, or
+    the job has no start time yet (conservative: the claim precedes the start).
+
+    The schedd marks a job running before it records ``RemoteHost`` (a separate transaction,
+    when it spawns the shadow), so a started job without one counts on the slot it is pinned to.
+    """
+    if job.status not in HOLDS_A_SLOT:
+        return None
+    if not job.remote_slot:
+        return job.pinned_slot if job.pinned_slot in slots else None
+    slot = slots.get(partitionable_slot_of(job.remote_slot))
+    if slot is None:
+        return None
+    if slot.children is not None:
+        return slot.name if job.remote_slot not in slot.children else None
+    return slot.name if job.started_at_s is None or job.started_at_s >= slot.updated_at_s else None

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from condor_sched.consistency import consistent_state
+from condor_sched.consistency import claim_not_yet_in_ad, consistent_state
 from condor_sched.device_kinds import DEFAULT_KIND
 from condor_sched.gpu_sharing import GpuSharingDecision, decide_gpu_sharing, gpu_pin_details
 from condor_sched.node_sharing import NodeSharingDecision, decide_node_sharing
@@ -447,8 +447,9 @@ class CycleConfig:
                    node_policy=node, gpu_policy=gpu)
 
     def with_policy(self, name: str) -> CycleConfig:
-        """This config with policy ``name`` in the place of its kind (device, spread, node or GPU)."""
-        if name in gpu_policy_names():
+        """This config with policy ``name`` in the place of its kind (device, spread, node or
+        GPU fleet policy; a device policy's name sets the device policy, see :meth:`with_gpu_policy`)."""
+        if name in gpu_policy_names(device_policies=False):
             return replace(self, gpu_policy=gpu_policy(name))
         policy = get_policy(name)
         if policy.kind is PolicyKind.SPREAD:
@@ -456,6 +457,10 @@ class CycleConfig:
         if policy.kind is PolicyKind.NODE:
             return replace(self, node_policy=policy)
         return replace(self, device_policy=policy)
+
+    def with_gpu_policy(self, name: str) -> CycleConfig:
+        """This config with GPU policy ``name`` (any of ``gpu_policy_names()``; ``none``: no GPU sharing)."""
+        return replace(self, gpu_policy=None if name == "none" else gpu_policy(name))
 
 
 @dataclass(frozen=True, slots=True)
@@ -606,27 +611,6 @@ def _pins_within_totals(kept: Iterable[Job], slots: Mapping[str, Slot],
     return sorted(out, key=lambda j: j.key), unpins
 
 
-def _not_yet_in_ad(job: Job, slots: Mapping[str, Slot]) -> str | None:
-    """The slot of a started job that its slot's ad may not show yet: its resources are not
-    yet out of the ad's free amounts. Exact when the ad lists its dynamic slots (``ChildName``:
-    the job's slot is missing from it); otherwise when the ad predates the job's start, or
-    the job has no start time yet (conservative: the claim precedes the start).
-
-    The schedd marks a job running before it records ``RemoteHost`` (a separate transaction,
-    when it spawns the shadow), so a started job without one counts on the slot it is pinned to.
-    """
-    if job.status not in HOLDS_A_SLOT:
-        return None
-    if not job.remote_slot:
-        return job.pinned_slot if job.pinned_slot in slots else None
-    slot = slots.get(partitionable_slot_of(job.remote_slot))
-    if slot is None:
-        return None
-    if slot.children is not None:
-        return slot.name if job.remote_slot not in slot.children else None
-    return slot.name if job.started_at_s is None or job.started_at_s >= slot.updated_at_s else None
-
-
 def _reserve(slots: Mapping[str, Slot], pinned: Iterable[Job], all_jobs: Iterable[Job]) -> list[Slot]:
     """Slots with the requests taken out of jobs pinned to them and not yet matched, and of
     jobs started after the slot's ad was sent (so a stale ad never looks free)."""
@@ -636,7 +620,7 @@ def _reserve(slots: Mapping[str, Slot], pinned: Iterable[Job], all_jobs: Iterabl
     for job in all_jobs:
         if job.status is JobStatus.IDLE:  # the common case, without hashing the status
             continue
-        name = _not_yet_in_ad(job, slots)
+        name = claim_not_yet_in_ad(job, slots)
         if name is not None:
             held[name] = held.get(name, Resources()) + job.request
     return [s.with_free(s.free - held[s.name]) if s.name in held else s for s in slots.values()]

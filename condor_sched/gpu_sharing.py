@@ -32,6 +32,7 @@ from condor_sched.model import (
     PIN_TIME_ATTR, WHOLE_GPU, Gpu, Job, JobKey, JobStatus, Plan, PoolState, Slot, SlotKind, Unplaced,
     partitionable_slot_of,
 )
+from condor_sched.consistency import claim_not_yet_in_ad
 from condor_sched.edits import JobChange
 from condor_sched.policies.base import PlanSettings
 from condor_sched.policies.gpu_fleet import GpuFleet, GpuPlacement, GpuTask
@@ -86,7 +87,7 @@ def accepted_models(require: str | None, gpus: Sequence[Gpu], cache: dict) -> fr
     if require not in cache:
         expr = classad2.ExprTree(require)
         models = set()
-        for gpu in gpus:
+        for gpu in {g.model: g for g in reversed(gpus)}.values():
             try:
                 if expr.eval(_properties(gpu)) is True:
                     models.add(gpu.model)
@@ -113,6 +114,7 @@ class _Fleet:
                 f.gpu_capacity_milli[row, g.index] = g.compute
                 f.gpu_free_milli[row, g.index] = g.free_compute
                 f.gpu_memory_free_mb[row, g.index] = g.free_memory_mb
+            f.single_account[row] = slot.gpu_single_account
         self.row = {s.name: i for i, s in enumerate(slots)}
         self.owner_code = owner_code
 
@@ -194,14 +196,6 @@ def _fair_order(jobs: Sequence[Job], running: Sequence[Job], priorities: Mapping
     return [k[-1] for k in sorted(keyed, key=lambda t: t[:3])]
 
 
-def _not_in_ad(job: Job, slot: Slot) -> bool:
-    """Whether a started job's claim may be missing from its slot's free amounts (the ad
-    lists its dynamic slots and not this one's, or predates the start)."""
-    if slot.children is not None:
-        return job.remote_slot is None or job.remote_slot not in slot.children
-    return job.started_at_s is None or job.started_at_s >= slot.updated_at_s
-
-
 def decide_gpu_sharing(state: PoolState, cycle: int, policy: GpuPolicy, settings: PlanSettings,
                        unpin_age_cycles: int) -> GpuSharingDecision:
     """The GPU part of a cycle (module docstring)."""
@@ -223,7 +217,7 @@ def decide_gpu_sharing(state: PoolState, cycle: int, policy: GpuPolicy, settings
         if name not in live.row or not job.pinned_gpus or any(g >= len(slots[name].gpus) for g in job.pinned_gpus):
             continue
         live.mark_owner(job, name, job.pinned_gpus)
-        if _not_in_ad(job, slots[name]):
+        if claim_not_yet_in_ad(job, slots) == name:
             live.take(job, name, job.pinned_gpus)
     idle = [j for j in gpu_jobs if j.status is JobStatus.IDLE]
     kept: list[Job] = []
@@ -259,7 +253,8 @@ def decide_gpu_sharing(state: PoolState, cycle: int, policy: GpuPolicy, settings
     tasks = [_task(j, owner_code[j.owner], accepted_models(j.attributes.get("RequireGPUs"), every_gpu, cache))
              for j in ordered]
     context = GpuPlanContext(rng=np.random.default_rng([settings.seed, cycle]),
-                             typical_tasks=typical_tasks(tasks + [_task(j, owner_code[j.owner], None) for j in running]))
+                             typical_tasks=typical_tasks(tasks + [_task(j, owner_code[j.owner], None) for j in running]),
+                             settings=settings)
     placements = policy.place(live.fleet, tasks, context) if usable and tasks else [None] * len(tasks)
     pins, unplaced = [], []
     for job, task, where in zip(ordered, tasks, placements):

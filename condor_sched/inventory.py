@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from condor_sched import resources
-from condor_sched.device_kinds import DEFAULT_KIND, DeviceKindError, device_kind
+from condor_sched.device_kinds import DEFAULT_KIND, DEVICE_LAYOUT, DeviceKindError, device_kind
 from condor_sched.model import WHOLE_GPU, Gpu, Resources, Slot, SlotKind
 from condor_sched.yamlio import check_keys, checked_number, load_yaml, shown
 
@@ -278,9 +278,13 @@ def _kind(where: str, raw: dict[str, Any]) -> str:
     if not isinstance(name, str) or not DEVICE_NAME.match(name):
         raise InventoryError(f"{where}: 'kind' must be a device kind name, got {shown(name)}")
     try:
-        return device_kind(name).name
+        kind = device_kind(name)
     except DeviceKindError as e:
         raise InventoryError(f"{where}: 'kind': {e}") from None
+    if kind.slot_layout != DEVICE_LAYOUT:
+        raise InventoryError(f"{where}: 'kind': {name} devices are not listed under 'devices' (one slot per device); "
+                             f"a node with them lists them under '{name}s'")
+    return kind.name
 
 
 #: Paper 001's SharingFactor (Section 3.2.3): a mate gives a guest at most this share of its

@@ -57,6 +57,9 @@ PIN_GPU_MEMORY_ATTR = "CoSchedPinGPUMemory"
 PIN_GPU_COMPUTE_ATTR = "CoSchedPinGPUCompute"
 #: Compute of a whole GPU in a GPU request (thousandths).
 WHOLE_GPU = 1000
+#: The largest GPU compute overcommit a node may advertise (``gpu_compute_overcommit``: MPS
+#: time-shares a GPU's SMs, so its compute is soft up to this many whole GPUs).
+MAX_GPU_COMPUTE_OVERCOMMIT = 4
 #: The clause that makes a co-scheduled job match only the slot its pin names.
 PIN_CLAUSE = f"(TARGET.Name =?= MY.{PIN_SLOT_ATTR})"
 

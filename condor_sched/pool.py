@@ -13,7 +13,7 @@ import classad2
 import htcondor2
 
 from condor_sched.classads import GPU_JOB_ATTRS, start_references, state_from_ads
-from condor_sched.device_kinds import device_kinds
+from condor_sched.device_kinds import NODE_LAYOUT, device_kinds
 from condor_sched.edits import UNDEFINED, Applied, Edit, JobChange, apply_changes, release_change
 from condor_sched.model import (
     EXECUTE_DURATION_ATTR,
@@ -48,8 +48,9 @@ def covered_jobs() -> str:
     but 0), spread jobs (CoSchedProgram), malleable jobs (node sharing) and GPU jobs (any GPU
     memory, compute or GPU count request but 0)."""
     # Any value but 0, so that a malformed request ("abc", -5) is read and held with its reason.
-    requests = [*(k.request_memory_attr for k in device_kinds()), "RequestGPUMemory", "RequestGPUCompute",
-                "RequestGPUs"]
+    requests = [*(k.request_memory_attr for k in device_kinds()),
+                *(a for k in device_kinds(NODE_LAYOUT) for a in (k.request_memory_attr, k.request_compute_attr,
+                                                                 k.count_request_attr))]
     return " || ".join([*(f"({a} =!= undefined && {a} =!= 0)" for a in requests),
                         "(CoSchedProgram =!= undefined)", f"({MALLEABLE_ATTR} =?= true)"])
 

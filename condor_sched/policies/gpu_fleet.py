@@ -5,7 +5,8 @@ compute (thousandths of a GPU, 1000 = whole; ``compute_capacity`` may exceed 100
 admin overcommits MPS time-sharing) and memory (MB, always hard). A GPU that holds
 sharing tasks belongs to their owner until it empties: MPS runs one server per Linux user,
 and another user's client waits until that server's clients have all exited (FACTS.md), so
-a GPU is shared only among the tasks of one owner.
+a GPU is shared only among the tasks of one owner, except on a node whose jobs all run under
+one execute account (``single_account``).
 
 A task asks for CPU, host memory and either nothing of a GPU, a share of one GPU
 (``gpus == 1`` and ``gpu_milli < 1000``), or ``gpus`` whole GPUs of one node. Its GPU
@@ -104,6 +105,8 @@ class GpuFleet:
         self.gpu_free_milli = np.where(present, compute_capacity, -1).astype(np.int64)
         self.gpu_memory_free_mb = np.where(present, self.gpu_memory_total_mb, -1).astype(np.int64)
         self.gpu_owner = np.full((n, self.width), NO_OWNER, dtype=np.int64)
+        # Nodes whose jobs all run under one execute account: one MPS server serves every owner.
+        self.single_account = np.zeros(n, dtype=bool)
         # Tasks on each node by GPU kind (column 0: sharing tasks, column g: tasks of g whole
         # GPUs), the node's "GPU affinity" that the gpu-clustering baseline scores.
         self.tasks_by_gpu_kind = np.zeros((n, self.width + 1), dtype=np.int64)
@@ -149,7 +152,7 @@ class GpuFleet:
             return (self.gpu_free_milli == self.gpu_capacity_milli) & self.gpu_present & (
                 self.gpu_memory_free_mb == self.gpu_memory_total_mb)
         return ((self.gpu_free_milli >= task.gpu_milli) & (self.gpu_memory_free_mb >= self.gpu_memory_needed(task))
-                & ((self.gpu_owner == NO_OWNER) | (self.gpu_owner == task.owner)))
+                & ((self.gpu_owner == NO_OWNER) | (self.gpu_owner == task.owner) | self.single_account[:, None]))
 
     def node_fits(self, task: GpuTask) -> np.ndarray:
         """Nodes (bool, n) where the task fits now: CPU, host memory, GPU model and GPUs."""

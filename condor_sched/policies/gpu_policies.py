@@ -10,7 +10,9 @@ its experiments (``experiments/run_scripts/generate_run_scripts.py``):
 * ``random-fit``, ``best-fit``, ``dot-product``, ``gpu-packing``, ``gpu-clustering``:
   :mod:`condor_sched.policies.gpu_baselines`;
 * ``fgd`` (fragmentation gradient descent): :mod:`condor_sched.policies.fgd`;
-* ``fgd-pack`` (ours: FGD's score, ties to the fullest node): :mod:`condor_sched.policies.fgd_pack`.
+* ``fgd-pack`` (ours: FGD's score, ties to the fullest node): :mod:`condor_sched.policies.fgd_pack`;
+* paper 002's device policies (``knapsack``, ``global``, ...), unchanged, on a view of one
+  device slot per GPU: :mod:`condor_sched.policies.gpu_devices`.
 
 What they share is here: the simulator's scheduler scores every feasible node with one score
 plugin (integer scores, ``int64`` truncation included, since it makes ties), takes the
@@ -30,7 +32,7 @@ from typing import Protocol
 
 import numpy as np
 
-from condor_sched.policies.base import PolicyError
+from condor_sched.policies.base import PlanSettings, PolicyError
 from condor_sched.policies.gpu_fleet import GpuFleet, GpuPlacement, GpuTask
 
 #: Share of all tasks the typical task classes cover (the experiments' ``--pod-popularity-threshold 95``).
@@ -39,11 +41,14 @@ TYPICAL_POPULARITY_PCT = 95
 
 @dataclass(frozen=True, slots=True)
 class GpuPlanContext:
-    """What a policy needs besides the fleet and the batch: randomness (random-fit) and FGD's
-    target workload, (task class, popularity) pairs whose popularities sum to 1."""
+    """What a policy needs besides the fleet and the batch: randomness (random-fit), FGD's
+    target workload, (task class, popularity) pairs whose popularities sum to 1, and the
+    device policies' settings."""
 
     rng: np.random.Generator
     typical_tasks: tuple[tuple[GpuTask, float], ...] = ()
+    #: The device policies' settings (``gpu_devices``: knapsack and global on GPUs).
+    settings: PlanSettings = PlanSettings()
 
 
 class GpuPolicy(Protocol):
@@ -94,13 +99,21 @@ def gpu_policy(name: str) -> GpuPolicy:
     return registry[name]()
 
 
-def gpu_policy_names() -> list[str]:
-    return sorted(_registry())
+def gpu_policy_names(device_policies: bool = True) -> list[str]:
+    """The GPU policies by name: the fleet policies and (``device_policies``) paper 002's
+    device policies, which plan GPUs through ``gpu_devices``' view."""
+    return sorted(_registry(device_policies))
 
 
-def _registry() -> dict[str, Callable[[], GpuPolicy]]:
-    from condor_sched.policies import fgd, fgd_pack, gpu_baselines
-    return {**gpu_baselines.BASELINES, "fgd": fgd.FgdPolicy, "fgd-pack": fgd_pack.FgdPackPolicy}
+def _registry(device_policies: bool = True) -> dict[str, Callable[[], GpuPolicy]]:
+    from functools import partial
+
+    from condor_sched.policies import fgd, fgd_pack, gpu_baselines, gpu_devices
+    fleet = {**gpu_baselines.BASELINES, "fgd": fgd.FgdPolicy, "fgd-pack": fgd_pack.FgdPackPolicy}
+    if not device_policies:
+        return fleet
+    return {**{name: partial(gpu_devices.DevicePolicyOnGpus, name) for name in gpu_devices.device_policy_names()},
+            **fleet}
 
 
 # --- shared by the policies -----------------------------------------------------------------

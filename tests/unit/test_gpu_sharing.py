@@ -189,7 +189,8 @@ def test_gpu_policy_none_leaves_gpu_jobs_alone_and_an_unknown_one_is_refused():
     d = decide([gpu_job(0)], [gpu_node_ad("node1")], knobs={"COSCHED_GPU_POLICY": "none"})
     assert d.gpu_sharing.pins == () and key(0) not in d.reasons
     with pytest.raises(SettingsError, match="COSCHED_GPU_POLICY"):
-        settings_from_knobs({"COSCHED_GPU_POLICY": "knapsack"})
+        settings_from_knobs({"COSCHED_GPU_POLICY": "sns"})  # a spread policy plans no GPU
+    assert settings_from_knobs({"COSCHED_GPU_POLICY": "knapsack"}).gpu_policy == "knapsack"
 
 
 def test_device_and_cpu_jobs_are_untouched_by_gpu_sharing():
