@@ -142,3 +142,16 @@ def test_an_inventory_device_of_the_gpu_kind_is_refused_with_where_gpus_go():
             "devices": [{"name": "gpu0", "memory_mb": 15360, "hardware_threads": 1000, "kind": "gpu"}]}
     with pytest.raises(InventoryError, match="under 'gpus'"):
         parse_inventory({"nodes": [node]})
+
+
+def test_an_overcommitted_gpu_takes_shares_up_to_its_advertised_compute_and_whole_jobs_only_idle():
+    node = gpu_node_ad("node1", gpus=1, TotalSlotCoSchedGPU0Compute=1500, CoSchedGPU0Compute=1500)
+    shares = [gpu_job(p, compute=250, memory=2000) for p in range(7)]
+    for policy in ("best-fit", "fgd-pack", "knapsack"):
+        pins = pins_of(decide(shares, [node], knobs={"COSCHED_GPU_POLICY": policy}))
+        assert len(pins) == 6, policy  # 6 x 250 = 1500; memory 6 x 2000 < 15360
+    whole = [gpu_job(0, compute=None, memory=None, gpus=1)]
+    busy = gpu_node_ad("node1", gpus=1, TotalSlotCoSchedGPU0Compute=1500, CoSchedGPU0Compute=1250,
+                       CoSchedGPU0Memory=13000)
+    assert pins_of(decide(whole, [node])) == {0: ("slot1@node1.test", (0,))}
+    assert pins_of(decide(whole, [busy])) == {}
