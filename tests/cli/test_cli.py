@@ -135,3 +135,24 @@ def test_run_refuses_a_bad_knob_with_exit_2_naming_it(tmp_path, knob, value):
     result = subprocess.run([sys.executable, "-m", "condor_sched", "run"], env=env, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 2 and knob in result.stderr, result.stderr
+
+
+def test_gpu_policy_option_plans_gpu_jobs_with_a_device_policy_and_policy_keeps_the_phi_one(tmp_path):
+    machine = "gpu1.test"
+    slot = {"Name": f"slot1@{machine}", "Machine": machine, "MyType": "Machine", "PartitionableSlot": True,
+            "Arch": "X86_64", "TotalSlotCpus": 16, "Cpus": 16, "TotalSlotMemory": 65536, "Memory": 65536,
+            "State": "Unclaimed", "CoSchedGPUNode": True, "CoSchedGPUCount": 1, "CoSchedGPU0Uuid": "GPU-gpu1-0",
+            "CoSchedGPU0DeviceName": "Tesla T4", "CoSchedGPU0Capability": 7.5, "TotalSlotCoSchedGPU0Memory": 15360,
+            "CoSchedGPU0Memory": 15360, "TotalSlotCoSchedGPU0Compute": 1000, "CoSchedGPU0Compute": 1000}
+    jobs = [{"ClusterId": 1, "ProcId": p, "Owner": "alice", "JobStatus": 1, "QDate": 1000 + p, "MyType": "Job",
+             "GlobalJobId": f"schedd.test#1.{p}#1", "Cmd": "/bin/train", "RequestCpus": 1, "RequestMemory": 1024,
+             "RequestGPUCompute": compute, "RequestGPUMemory": 2000} for p, compute in enumerate((600, 500, 500))]
+    (tmp_path / "q.json").write_text(json.dumps(jobs))
+    (tmp_path / "m.json").write_text(json.dumps([slot]))
+    files = ["--queue", str(tmp_path / "q.json"), "--machines", str(tmp_path / "m.json"), "--json"]
+    knapsack = json.loads(run("plan", *files, "--gpu-policy", "knapsack").output)
+    assert knapsack["gpu_policy"] == "knapsack"
+    assert sorted(p["job"] for p in knapsack["gpu_pins"]) == ["1.1", "1.2"]  # the most jobs on the GPU
+    fifo = json.loads(run("plan", *files, "--gpu-policy", "best-fit", "--policy", "knapsack").output)
+    assert fifo["policy"] == "knapsack" and fifo["gpu_policy"] == "best-fit"
+    assert sorted(p["job"] for p in fifo["gpu_pins"]) == ["1.0"]
