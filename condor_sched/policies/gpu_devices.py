@@ -23,7 +23,10 @@ plan's order, to the :class:`GpuFleet`, which refuses what does not fit:
 * ``require_gpus``: each task may use only the GPUs of the models it accepts (``eligible``).
 
 A task the commit refuses is planned again, in a next round, with what is left; rounds stop
-when one places nothing. Tasks no device slot can show (CPU-only tasks, and ``gpus > 1``
+when one places nothing. The calls of a batch share one solver budget,
+``settings.solver_time_limit_s`` (what ``global`` gets for one call elsewhere), split over
+the calls still to come (at least ``MIN_CALL_S`` each), so a cycle with many owners and GPU
+sizes stays within a few limits. Tasks no device slot can show (CPU-only tasks, and ``gpus > 1``
 whole GPUs of one node) are placed first, in order, by ``best-fit``
 (:mod:`~condor_sched.policies.gpu_baselines`): a deviation by design, since a device
 policy places a job on one device.
@@ -31,18 +34,21 @@ policy places a job on one device.
 from __future__ import annotations
 
 from collections.abc import Sequence
+import time
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from condor_sched.device_kinds import GPU
 from condor_sched.model import Job, JobKey, JobStatus, Resources, Slot, SlotKind
-from condor_sched.policies.base import PlanRequest, PolicyKind, get_policy, policy_names, run_policy
+from condor_sched.policies.base import PlanRequest, PlanSettings, PolicyKind, get_policy, policy_names, run_policy
 from condor_sched.policies.gpu_fleet import NO_OWNER, WHOLE_GPU_MILLI, GpuFleet, GpuPlacement, GpuTask
 from condor_sched.policies.gpu_policies import GpuPlanContext
 
 #: Rounds of plan-then-commit before the tasks left wait for the next batch.
 MAX_ROUNDS = 8
+#: The least solver time (s) one policy call gets once the batch's budget is spent.
+MIN_CALL_S = 0.1
 _SCHEDD = "gpu-view"
 
 
@@ -71,11 +77,18 @@ class DevicePolicyOnGpus:
         for i, where in zip(others, best_fit_policy().place(fleet, [tasks[i] for i in others], context)):
             placements[i] = where
         left = on_one_gpu
+        deadline = time.perf_counter() + context.settings.solver_time_limit_s
         for _ in range(MAX_ROUNDS):
             placed_now = 0
-            for size in _memory_sizes(fleet):  # a share's memory depends on its GPU's size
-                for owned in _by_owner(tasks, left):  # a GPU takes one owner's shares
-                    for i, (row, gpu) in self._plan_on(policy, fleet, tasks, owned, size, context):
+            sizes = _memory_sizes(fleet)
+            for si, size in enumerate(sizes):  # a share's memory depends on its GPU's size
+                groups = _by_owner(tasks, left)
+                for gi, owned in enumerate(groups):  # a GPU takes one owner's shares
+                    calls_left = len(groups) - gi + len(sizes) - si - 1
+                    limit = max(MIN_CALL_S, (deadline - time.perf_counter()) / calls_left)
+                    settings = replace(context.settings, thread_overcommit=1.0, memory_granularity_mb=1,
+                                       solver_time_limit_s=min(context.settings.solver_time_limit_s, limit))
+                    for i, (row, gpu) in self._plan_on(policy, fleet, tasks, owned, size, settings):
                         try:
                             fleet.commit(tasks[i], GpuPlacement(row, (gpu,)))
                         except ValueError:
@@ -88,7 +101,7 @@ class DevicePolicyOnGpus:
         return placements
 
     def _plan_on(self, policy, fleet: GpuFleet, tasks: Sequence[GpuTask], todo: Sequence[int], memory_mb: int,
-                 context: GpuPlanContext) -> list[tuple[int, tuple[int, int]]]:
+                 settings: PlanSettings) -> list[tuple[int, tuple[int, int]]]:
         """One plan of the device policy on the view of the GPUs of ``memory_mb`` with compute
         free: (task index, (row, GPU)) in plan order."""
         rows, cols = np.nonzero(fleet.gpu_present & (fleet.gpu_free_milli > 0)
@@ -119,8 +132,7 @@ class DevicePolicyOnGpus:
                 shared[group] = None if ok.all() else frozenset(n for n, good in zip(names, ok.tolist()) if good)
             if shared[group] is not None:
                 eligible[key] = shared[group]
-        plan = run_policy(policy, PlanRequest(tuple(jobs), slots, eligible=eligible),
-                          replace(context.settings, thread_overcommit=1.0, memory_granularity_mb=1))
+        plan = run_policy(policy, PlanRequest(tuple(jobs), slots, eligible=eligible), settings)
         return [(a.job.cluster, where[a.slot]) for a in plan.assignments if a.slot in where]
 
 
