@@ -20,7 +20,7 @@ from cosched_node import ads, config, discover, environment, errors, gpu_watch, 
 from test_node_harness import (HOOKS, JOB_UID, SYSTEM_PYTHON, FakeView, Starter, Starters, make_agent, needs_root,
                                slot_ad, wait_for, write_config)
 
-from condor_sched.inventory import InventoryError, node_config, parse_inventory
+from condor_sched.inventory import InventoryError, node_config, node_slots, parse_inventory
 
 U0 = "GPU-5f1c0d1e-7a2b-4c3d-8e9f-0a1b2c3d4e50"
 U1 = "GPU-5f1c0d1e-7a2b-4c3d-8e9f-0a1b2c3d4e51"
@@ -573,6 +573,64 @@ def test_a_refused_gpu_start_says_why_without_the_device_tail(gnode: GpuNode):
 # --------------------------------------------------------------------------------------- admin knobs: compute
 # overcommit (gpu_compute_overcommit) and one execute account (mps_single_account)
 
+def test_an_overcommitted_inventory_gpu_node_offers_round_1000_f_per_gpu_to_the_planner_and_the_node():
+    node = parse_inventory({"nodes": [dict(GPU_YAML_NODE, gpu_compute_overcommit=1.5)]}).nodes[0]
+    assert node.gpu_compute_overcommit == 1.5 and node.gpu_compute == 1500 and node.mps_single_account is False
+    slot = node_slots(node, "cosched.test")[0]
+    assert [(g.compute, g.free_compute) for g in slot.gpus] == [(1500, 1500), (1500, 1500)]
+    assert slot.gpu_single_account is False
+    parsed = config.parse_node_config(json.loads(json.dumps(node_config(node, "cosched.test"))))
+    assert parsed.gpu_compute_overcommit == 1.5 and parsed.gpu_compute == 1500 and parsed.single_account is False
+    whole = parse_inventory({"nodes": [dict(GPU_YAML_NODE, gpu_compute_overcommit=2)]}).nodes[0]   # an integer
+    assert node_slots(whole, "cosched.test")[0].gpus[0].compute == 2000
+    odd = parse_inventory({"nodes": [dict(GPU_YAML_NODE, gpu_compute_overcommit=1.2345)]}).nodes[0]
+    assert node_slots(odd, "cosched.test")[0].gpus[0].compute == 1234 == \
+        config.parse_node_config(node_config(odd, "cosched.test")).gpu_compute
+
+
+def test_an_inventory_gpu_node_by_default_neither_overcommits_nor_shares_an_account():
+    node = parse_inventory({"nodes": [GPU_YAML_NODE]}).nodes[0]
+    slot = node_slots(node, "cosched.test")[0]
+    assert [(g.compute, g.free_compute) for g in slot.gpus] == [(1000, 1000), (1000, 1000)]
+    assert slot.gpu_single_account is False
+    data = node_config(node, "cosched.test")
+    assert data["gpu_compute_overcommit"] == 1.0 and data["mps"]["single_account"] is False
+
+
+def test_mps_single_account_in_the_inventory_reaches_the_planners_slot_and_the_node_config():
+    node = parse_inventory({"nodes": [dict(GPU_YAML_NODE, mps_single_account=True)]}).nodes[0]
+    assert node_slots(node, "cosched.test")[0].gpu_single_account is True
+    assert config.parse_node_config(node_config(node, "cosched.test")).single_account is True
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"gpu_compute_overcommit": 0.5}, "'gpu_compute_overcommit' must be a number from 1.0 to 4.0 (1.0: no overcommit), "
+                                      "got 0.5"),
+    ({"gpu_compute_overcommit": 0.999}, "'gpu_compute_overcommit' must be a number from 1.0 to 4.0"),
+    ({"gpu_compute_overcommit": 4.5}, "got 4.5"),
+    ({"gpu_compute_overcommit": "1.5"}, "'gpu_compute_overcommit' must be a number from 1.0 to 4.0 (1.0: no "
+                                        "overcommit), got '1.5'"),
+    ({"gpu_compute_overcommit": True}, "'gpu_compute_overcommit' must be a number from 1.0 to 4.0 (1.0: no "
+                                       "overcommit), got True"),
+    ({"gpu_compute_overcommit": float("inf")}, "got inf"),
+    ({"gpu_compute_overcommit": float("nan")}, "got nan"),
+    ({"gpu_compute_overcommit": None}, "got None"),
+    ({"mps_single_account": "yes"}, "'mps_single_account' must be true or false, got 'yes'"),
+    ({"mps_single_account": 1}, "'mps_single_account' must be true or false, got 1"),
+])
+def test_a_bad_gpu_node_knob_is_refused_naming_the_node_and_the_key(change, why):
+    with pytest.raises(InventoryError, match="node6") as caught:
+        parse_inventory({"nodes": [dict(GPU_YAML_NODE, **change)]})
+    assert why in str(caught.value)
+
+
+@pytest.mark.parametrize("key, value", [("gpu_compute_overcommit", 1.5), ("mps_single_account", True)])
+def test_the_gpu_node_knobs_are_refused_on_a_node_without_gpus(key, value):
+    cpu_node = {"name": "node1", "cores": 8, "memory_mb": 8192, "sockets": [{"llc_ways": 11, "mem_bw_gbs": 50.0}]}
+    with pytest.raises(InventoryError, match=rf"node1.*'{key}' only on a GPU node"):
+        parse_inventory({"nodes": [dict(cpu_node, **{key: value})]})
+
+
 def test_the_node_config_carries_the_overcommit_factor_and_defaults_to_no_overcommit():
     assert config.parse_node_config(GNODE).gpu_compute == 1000                # absent: 1.0 (older configs)
     assert config.parse_node_config(_with(gpu_compute_overcommit=1.5)).gpu_compute == 1500
@@ -623,6 +681,15 @@ def test_the_discovery_program_prints_the_overcommitted_compute_after_nvidia_smi
     (tmp_path / "node.json").write_text(json.dumps(_with(gpu_compute_overcommit=5)))
     out = subprocess.run(run, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stdout == "" and "gpu_compute_overcommit" in out.stderr
+
+
+def test_the_discovered_slot_of_an_inventory_node_is_what_its_planner_slot_says():
+    node = parse_inventory({"nodes": [dict(GPU_YAML_NODE, gpu_compute_overcommit=2.5, mps_single_account=True)]}).nodes[0]
+    slot = node_slots(node, "cosched.test")[0]
+    lines = _lines(discover.render_slots(discover.parse_node_config(node_config(node, "cosched.test")), "NODE6"))
+    for gpu in slot.gpus:
+        assert int(lines[f"NODE6.MACHINE_RESOURCE_CoSchedGPU{gpu.index}Compute"]) == gpu.compute == 2500
+    assert lines["NODE6.SLOT1_CoSchedGPUSingleAccount"] == str(slot.gpu_single_account) == "True"
 
 
 def test_a_claim_may_hold_up_to_the_nodes_compute_per_gpu_and_no_more():
@@ -706,3 +773,22 @@ def test_overcommitted_gpu_claims_survive_an_agent_restart(overcommitted: GpuNod
     overcommitted.agent.save()
     again = make_agent(overcommitted.config, overcommitted.state, overcommitted.view, [], None)
     assert [r.claim.gpus for r in again.records.values()] == [(gpus.GpuShare(0, 15360, 1500),)]
+
+
+def test_an_inventory_single_account_node_lets_two_owners_share_a_gpu_and_a_default_node_does_not(tmp_path: Path):
+    starters = Starters()
+    try:
+        for single, root in ((True, tmp_path / "single"), (False, tmp_path / "default")):
+            root.mkdir()
+            inventory_node = parse_inventory({"nodes": [dict(GPU_YAML_NODE, name="gnode", mps_single_account=single)]})
+            node = GpuNode(root, starters, node_config(inventory_node.nodes[0], "cosched.test"))
+            alice = node.claim("slot1_1", "40.0", {0: (4000, 250)})
+            bob = node.claim("slot1_2", "41.0", {0: (4000, 250)}, user="bob")
+            assert node.ask(alice)["status"] == "ok"
+            reply = node.ask(bob)
+            if single:
+                assert reply["status"] == "ok"
+            else:
+                assert reply["status"] == "refused" and "(MPS: one user per GPU)" in reply["message"]
+    finally:
+        starters.close()
