@@ -692,6 +692,17 @@ def test_the_discovered_slot_of_an_inventory_node_is_what_its_planner_slot_says(
     assert lines["NODE6.SLOT1_CoSchedGPUSingleAccount"] == str(slot.gpu_single_account) == "True"
 
 
+def _startd_attrs() -> set[str]:
+    text = (HOOKS.parent / "config.d" / "20-cosched-startd.conf").read_text().replace("\\\n", " ")
+    return {attr for line in text.splitlines() if line.startswith("STARTD_ATTRS = ") for attr in line.split()[3:]}
+
+
+def test_every_attribute_discovery_gives_a_gpu_node_slot_is_advertised_by_config_d():
+    lines = _lines(discover.render_slots(discover.parse_node_config(OVERCOMMITTED), "NODE6"))
+    attrs = {key.split("SLOT1_", 1)[1] for key in lines if key.startswith("NODE6.SLOT1_")}
+    assert "CoSchedGPUSingleAccount" in attrs and attrs <= _startd_attrs()
+
+
 def test_a_claim_may_hold_up_to_the_nodes_compute_per_gpu_and_no_more():
     assert gpus.claim_shares({"CoSchedGPU0Compute": 1500, "CoSchedGPU0Memory": 15360}, 1, 1500) == \
         (gpus.GpuShare(0, 15360, 1500),)
