@@ -49,8 +49,7 @@ def start_problem(config: NodeConfig, claim: Claim, others: Iterable[Claim]) -> 
         computing = sum(s.compute for s in held)
         if computing + share.compute > config.gpu_compute:
             return f"GPU {share.index} compute {computing}+{share.compute} > {config.gpu_compute}"
-        if held and (share.compute >= gpus.WHOLE_GPU_COMPUTE or any(s.compute >= gpus.WHOLE_GPU_COMPUTE
-                                                                    for s in held)):
+        if held and max(s.compute for s in (share, *held)) >= gpus.WHOLE_GPU_COMPUTE:
             return f"GPU {share.index} is held whole by one job, not shared (compute {computing}+{share.compute})"
         strangers = sorted({o.remote_user for o in mates if o.remote_user != claim.remote_user})
         if strangers and not config.single_account:
