@@ -27,6 +27,14 @@ Schema (units in the key names)::
             model: Tesla T4      # nvidia-smi's name (DeviceName)
             memory_mb: 15360     # GPU memory (GlobalMemoryMb)
             capability: 7.5      # CUDA compute capability
+        gpu_compute_overcommit: 1.0  # optional, 1.0 to 4.0, default 1.0: every GPU offers
+                                 # round(1000 * f) thousandths of MPS compute shares
+                                 # (CoSchedGPU<k>Compute); one job still takes at most 1000
+                                 # of a GPU. GPU memory is never overcommitted.
+        mps_single_account: false  # optional, default false: every job on the node runs
+                                 # under one execute account (the admin's HTCondor config,
+                                 # README), so one MPS server serves all Owners and jobs of
+                                 # different Owners may share a GPU (CoSchedGPUSingleAccount)
 
 Slot layout (fixed once for every later issue): each device is one partitionable slot
 holding that device's memory and threads and its share of host cores and memory; each
@@ -36,6 +44,7 @@ one unit (pin a job to its slot) and so is each cache id (pin a process to a soc
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,10 +61,16 @@ DEVICE_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
 MAX_NODES = 10_000
 MAX_SOCKETS = 16
 MAX_DEVICES = 64
-NODE_KEYS = ("name", "cores", "memory_mb", "sockets", "devices", "node_sharing", "gpus")
+NODE_KEYS = ("name", "cores", "memory_mb", "sockets", "devices", "node_sharing", "gpus", "gpu_compute_overcommit",
+             "mps_single_account")
+#: The keys only a GPU node has.
+GPU_NODE_KEYS = ("gpu_compute_overcommit", "mps_single_account")
 GPU_KEYS = ("name", "uuid", "model", "memory_mb", "capability")
 #: The most GPUs of a GPU node (config.d/10's transform covers CoSchedGPU0..7).
 MAX_GPUS_PER_NODE = 8
+#: The bounds of a GPU node's ``gpu_compute_overcommit`` (the node config checks the same).
+MIN_GPU_COMPUTE_OVERCOMMIT = 1.0
+MAX_GPU_COMPUTE_OVERCOMMIT = 4.0
 #: nvidia-smi's GPU and MIG uuids: ``GPU-<8-4-4-4-12 hex>``, ``MIG-<uuid>`` (R470+) or
 #: ``MIG-GPU-<uuid>/<gi>/<ci>`` (older drivers).
 GPU_UUID = re.compile(r"^(GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
@@ -114,6 +129,15 @@ class Node:
     #: A GPU node (issue 13): one partitionable slot of all cores and memory and every GPU's
     #: memory and compute; such a node has no sockets, devices or node_sharing.
     gpus: tuple[GpuSpec, ...] = ()
+    #: A GPU node's GPU compute overcommit factor: each GPU offers ``gpu_compute`` thousandths.
+    gpu_compute_overcommit: float = 1.0
+    #: A GPU node whose jobs all run under one execute account (one MPS server for all Owners).
+    mps_single_account: bool = False
+
+    @property
+    def gpu_compute(self) -> int:
+        """Each GPU's compute in thousandths (``CoSchedGPU<k>Compute``): round(1000 * overcommit)."""
+        return round(WHOLE_GPU * self.gpu_compute_overcommit)
 
     def host_share(self) -> tuple[int, int]:
         """(cores, memory_mb) the devices' host shares leave."""
@@ -154,6 +178,9 @@ def _parse_node(where: str, raw: Any) -> Node:
     check_keys(where, raw, NODE_KEYS, InventoryError)
     if raw.get("gpus") is not None:
         return _parse_gpu_node(where, name, raw)
+    gpu_only = [k for k in GPU_NODE_KEYS if k in raw]
+    if gpu_only:
+        raise InventoryError(f"{where}: {', '.join(repr(k) for k in gpu_only)} only on a GPU node (with 'gpus')")
     sockets_raw = raw.get("sockets")
     if not isinstance(sockets_raw, list) or not 1 <= len(sockets_raw) <= MAX_SOCKETS:
         raise InventoryError(f"{where}: 'sockets' must be a list of 1 to {MAX_SOCKETS} sockets")
@@ -230,7 +257,19 @@ def _parse_gpu_node(where: str, name: str, raw: dict[str, Any]) -> Node:
         if len({getattr(g, key) for g in gpus}) != len(gpus):
             raise InventoryError(f"{where}: GPU {key}s repeat")
     return Node(name=name, cores=_number(where, raw, "cores", int, 1),
-                memory_mb=_number(where, raw, "memory_mb", int, 1), sockets=(), gpus=tuple(gpus))
+                memory_mb=_number(where, raw, "memory_mb", int, 1), sockets=(), gpus=tuple(gpus),
+                gpu_compute_overcommit=_overcommit(where, raw),
+                mps_single_account=_flag(where, raw, "mps_single_account"))
+
+
+def _overcommit(where: str, raw: dict[str, Any]) -> float:
+    """A GPU node's ``gpu_compute_overcommit``: a number from 1.0 to 4.0, default 1.0."""
+    value = raw.get("gpu_compute_overcommit", 1.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not MIN_GPU_COMPUTE_OVERCOMMIT <= value <= MAX_GPU_COMPUTE_OVERCOMMIT:
+        raise InventoryError(f"{where}: 'gpu_compute_overcommit' must be a number from {MIN_GPU_COMPUTE_OVERCOMMIT} "
+                             f"to {MAX_GPU_COMPUTE_OVERCOMMIT} (1.0: no overcommit), got {shown(value)}")
+    return float(value)
 
 
 def _flag(where: str, raw: dict[str, Any], key: str) -> bool:
@@ -303,8 +342,10 @@ def node_slots(node: Node, domain: str) -> list[Slot]:
     if node.gpus:
         res = Resources(cpus=node.cores, memory_mb=node.memory_mb)
         gpus = tuple(Gpu(index=k, uuid=g.uuid, model=g.model, memory_mb=g.memory_mb, free_memory_mb=g.memory_mb,
-                         free_compute=WHOLE_GPU, capability=g.capability) for k, g in enumerate(node.gpus))
-        return [Slot(slot_name(1, node.name, domain), f"{node.name}.{domain}", SlotKind.GPU_NODE, res, res, gpus=gpus)]
+                         free_compute=node.gpu_compute, compute=node.gpu_compute, capability=g.capability)
+                     for k, g in enumerate(node.gpus))
+        return [Slot(slot_name(1, node.name, domain), f"{node.name}.{domain}", SlotKind.GPU_NODE, res, res, gpus=gpus,
+                     gpu_single_account=node.mps_single_account)]
     if node.node_sharing:
         cores, memory = node.host_share()
         res = Resources(cpus=cores, memory_mb=memory)
@@ -339,7 +380,8 @@ def node_config(node: Node, domain: str) -> dict[str, Any]:
                           "capability": g.capability} for k, g in enumerate(node.gpus)],
                 "mps": {"pipe_directory": f"{GPU_MPS_ROOT}/{node.name}/pipe",
                         "log_directory": f"{GPU_MPS_ROOT}/{node.name}/log",
-                        "single_account": False}}
+                        "single_account": node.mps_single_account},
+                "gpu_compute_overcommit": node.gpu_compute_overcommit}
     slots: list[dict[str, Any]] = []
     if node.node_sharing:
         cores, memory = node.host_share()

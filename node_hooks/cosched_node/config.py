@@ -1,7 +1,8 @@
 """The node config: the JSON ``condor_sched.inventory.node_config`` writes for one execute
 node (its slots, devices and their kinds, sockets and caches; a GPU node's one ``gpu-node``
-slot, its ``gpus`` and its ``mps`` directories). Root-owned, read by every
-node program; validated in full before use."""
+slot, its ``gpus``, its ``mps`` directories and ``single_account`` flag, and its
+``gpu_compute_overcommit``). Root-owned, read by every node program; validated in full
+before use."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from cosched_node.errors import ConfigError
+from cosched_node.gpus import MAX_GPU_COMPUTE_OVERCOMMIT, WHOLE_GPU_COMPUTE
 from cosched_node.placement import Units, core_ranges, format_ranges, units_count
 from cosched_node.rules import (CACHE_ID_MAX, CBM_WIDTH_MAX, DEVICE_RE, DOMAIN_RE, MAX_BW_GBS, MAX_INT,
                                 MAX_UNITS, NODE_RE)
@@ -164,6 +166,14 @@ class NodeConfig:
     #: Every job runs under one execute account, so jobs of different Owners may share a GPU
     #: (one MPS server per Linux user); the admin says so, no job can.
     single_account: bool = False
+    #: GPU compute overcommit (issue 13): every GPU offers ``gpu_compute`` thousandths, up to
+    #: this many whole GPUs' worth of MPS shares (MPS time-shares SMs); memory is never overcommitted.
+    gpu_compute_overcommit: float = 1.0
+
+    @property
+    def gpu_compute(self) -> int:
+        """What each GPU advertises as ``CoSchedGPU<k>Compute``: round(1000 * overcommit)."""
+        return gpu_compute_of(self.gpu_compute_overcommit)
 
     def gpu(self, index: int) -> Optional[GpuConfig]:
         return self.gpus[index] if 0 <= index < len(self.gpus) else None
@@ -280,7 +290,28 @@ def parse_node_config(obj: Any) -> NodeConfig:
         raise ConfigError("node config: the node slot has more cores than the node")
     memory_mb = _cfg_int(obj, "memory_mb", 0, MAX_INT, "node config")
     gpus, mps = _parse_gpus(obj, slots)
-    return NodeConfig(node, domain, cores, memory_mb, tuple(slots), state_dir, gpus, mps[0], mps[1], mps[2])
+    return NodeConfig(node, domain, cores, memory_mb, tuple(slots), state_dir, gpus, mps[0], mps[1], mps[2],
+                      _parse_overcommit(obj, bool(gpus)))
+
+
+def gpu_compute_of(overcommit: float) -> int:
+    """A GPU's compute, in thousandths, on a node with this overcommit factor."""
+    return round(WHOLE_GPU_COMPUTE * overcommit)
+
+
+def _parse_overcommit(obj: Dict[str, Any], gpu_node: bool) -> float:
+    """``gpu_compute_overcommit``: a number in [1, MAX_GPU_COMPUTE_OVERCOMMIT], default 1.0,
+    only on a GPU node."""
+    if "gpu_compute_overcommit" not in obj:
+        return 1.0
+    if not gpu_node:
+        raise ConfigError("node config: 'gpu_compute_overcommit' is for GPU nodes (with 'gpus') only")
+    value = obj["gpu_compute_overcommit"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 1.0 <= value <= MAX_GPU_COMPUTE_OVERCOMMIT:
+        raise ConfigError(f"node config: 'gpu_compute_overcommit' must be a number from 1.0 to "
+                          f"{MAX_GPU_COMPUTE_OVERCOMMIT}, got {str(value)[:30]!r}")
+    return float(value)
 
 
 GPU_UUID_RE = re.compile(r"^(?:GPU-|MIG-|MIG-GPU-)[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"

@@ -18,7 +18,8 @@ is ``micinfo``). Prints config lines prefixed with the startd's local name
 - ``SLOT<n>_LLCCacheId`` (socket slots) and ``SLOT<n>_<device name attribute>`` (device
   slots, e.g. ``PhiDeviceName``) for STARTD_ATTRS;
 - on a GPU node (issue 13, ``gpus`` in the node config) one partitionable slot of all cores and
-  memory and every GPU k's CoSchedGPU<k>Memory / CoSchedGPU<k>Compute, the GPUs' properties
+  memory and every GPU k's CoSchedGPU<k>Memory / CoSchedGPU<k>Compute (1000 times the node's
+  ``gpu_compute_overcommit``), the GPUs' properties and CoSchedGPUSingleAccount
   (``render_gpu_node``), taken from ``nvidia-smi`` when it runs (or saved
   ``condor_gpu_discovery -properties`` output), else from the node config.
 
@@ -148,7 +149,8 @@ def _parse_gpu_node(data: dict, node: str, cores: int, memory_mb: int) -> dict:
         raise BadInput(str(e)) from None
     return {"node": node, "cores": cores, "memory_mb": memory_mb, "sockets": [], "devices": [], "shared": [],
             "gpus": [{"uuid": g.uuid, "model": g.model, "memory_mb": g.memory_mb, "capability": g.capability}
-                     for g in config.gpus]}
+                     for g in config.gpus],
+            "gpu_compute": config.gpu_compute, "single_account": config.single_account}
 
 
 def merge_gpus(node: dict, found: list, source: str, warn=lambda msg: None) -> dict:
@@ -177,8 +179,10 @@ def _classad_string(value: str) -> str:
 
 def render_gpu_node(node: dict, local_name: str) -> str:
     """A GPU node's startd: one partitionable slot of all cores and memory and, for every GPU
-    k, the custom resources CoSchedGPU<k>Memory (MB) and CoSchedGPU<k>Compute (thousandths),
-    so HTCondor itself accounts every GPU's share; the GPUs' properties as slot attributes;
+    k, the custom resources CoSchedGPU<k>Memory (MB) and CoSchedGPU<k>Compute (thousandths:
+    1000 times the node's ``gpu_compute_overcommit``), so HTCondor itself accounts every GPU's
+    share; the GPUs' properties and CoSchedGPUSingleAccount (the node config's
+    ``mps.single_account``: every job runs under one execute account) as slot attributes;
     and what the clauses condor_submit adds for request_GPUs, request_GPUMemory,
     request_GPUCompute and require_gpus compare against: HTCondor's own GPUs resource as a
     plain count of the node's GPUs (a whole-GPU claim's RequestGPUs must be carved from it;
@@ -190,26 +194,28 @@ def render_gpu_node(node: dict, local_name: str) -> str:
              f"{p}NUM_CPUS = {node['cores']}", f"{p}MEMORY = {node['memory_mb']}",
              f"{p}MACHINE_RESOURCE_LLCWays = 0", f"{p}MACHINE_RESOURCE_MemBW = 0"]
     amounts = []
+    compute = node.get("gpu_compute", WHOLE_GPU_COMPUTE)
     for k, g in enumerate(gpus):
         lines += [f"{p}MACHINE_RESOURCE_CoSchedGPU{k}Memory = {g['memory_mb']}",
-                  f"{p}MACHINE_RESOURCE_CoSchedGPU{k}Compute = {WHOLE_GPU_COMPUTE}"]
-        amounts.append(f"CoSchedGPU{k}Memory={g['memory_mb']}, CoSchedGPU{k}Compute={WHOLE_GPU_COMPUTE}")
+                  f"{p}MACHINE_RESOURCE_CoSchedGPU{k}Compute = {compute}"]
+        amounts.append(f"CoSchedGPU{k}Memory={g['memory_mb']}, CoSchedGPU{k}Compute={compute}")
     lines += [f"{p}MACHINE_RESOURCE_GPUs = {len(gpus)}",
               f"{p}SLOT_TYPE_1 = cpus={node['cores']}, memory={node['memory_mb']}, {', '.join(amounts)}, "
               f"GPUs={len(gpus)}, LLCWays=0, MemBW=0"]
     s = f"{p}SLOT1_"
-    lines += [f"{s}CoSchedGPUNode = True", f"{s}CoSchedGPUCount = {len(gpus)}"]
+    lines += [f"{s}CoSchedGPUNode = True", f"{s}CoSchedGPUCount = {len(gpus)}",
+              f"{s}CoSchedGPUSingleAccount = {node.get('single_account') is True}"]
     for k, g in enumerate(gpus):
         lines += [f"{s}CoSchedGPU{k}Uuid = {_classad_string(g['uuid'])}",
                   f"{s}CoSchedGPU{k}DeviceName = {_classad_string(g['model'])}",
                   f"{s}CoSchedGPU{k}Capability = {float(g['capability']):.1f}",
                   f"{s}CoSchedGPU{k}GlobalMemoryMb = {g['memory_mb']}"]
     memory = ", ".join(f"CoSchedGPU{k}Memory" for k in range(len(gpus)))
-    compute = ", ".join(f"CoSchedGPU{k}Compute" for k in range(len(gpus)))
+    compute_free = ", ".join(f"CoSchedGPU{k}Compute" for k in range(len(gpus)))
     available = ", ".join(f"[ Id = {_classad_string(g['uuid'])}; DeviceName = {_classad_string(g['model'])}; "
                           f"Capability = {float(g['capability']):.1f}; GlobalMemoryMb = {g['memory_mb']} ]"
                           for g in gpus)
-    lines += [f"{s}GPUMemory = max({{ {memory} }})", f"{s}GPUCompute = max({{ {compute} }})",
+    lines += [f"{s}GPUMemory = max({{ {memory} }})", f"{s}GPUCompute = max({{ {compute_free} }})",
               f"{s}AvailableGPUs = {{ {available} }}",
               f"{p}NUM_SLOTS_TYPE_1 = 1", f"{p}SLOT_TYPE_1_PARTITIONABLE = True"]
     return "\n".join(lines) + "\n"

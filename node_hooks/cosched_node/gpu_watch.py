@@ -28,20 +28,29 @@ Log = Callable[[str], None]
 
 def start_problem(config: NodeConfig, claim: Claim, others: Iterable[Claim]) -> Optional[str]:
     """Why ``claim`` may not start beside the live claims ``others`` on its GPUs, or None:
-    a GPU index the node does not have, the GPU's memory exceeded by the claims' allocations
-    (HTCondor's accounting makes this impossible unless the ads were stale or the config
-    changed), or a GPU shared by two Owners (MPS runs one server per Linux user; a client of a
-    second user waits until the first user's clients all exit) unless the node config says
-    all jobs run under one execute account."""
+    a GPU index the node does not have, the GPU's memory or compute (``config.gpu_compute``,
+    1000 times the overcommit factor) exceeded by the claims' allocations (HTCondor's
+    accounting makes this impossible unless the ads were stale or the config changed), a
+    whole-GPU claim (1000 or more of a GPU) on a GPU that is not idle or a claim on a GPU a
+    whole-GPU claim holds (on an overcommitted node the GPU's compute would leave room), or a
+    GPU shared by two Owners (MPS runs one server per Linux user; a client of a second user
+    waits until the first user's clients all exit) unless the node config says all jobs run
+    under one execute account."""
     others = list(others)
     for share in claim.gpus:
         gpu = config.gpu(share.index)
         if gpu is None:
             return f"GPU {share.index} is not a GPU of node {config.node}"
         mates = [o for o in others if any(s.index == share.index for s in o.gpus)]
-        used = sum(s.memory_mb for o in mates for s in o.gpus if s.index == share.index)
+        held = [s for o in mates for s in o.gpus if s.index == share.index]
+        used = sum(s.memory_mb for s in held)
         if used + share.memory_mb > gpu.memory_mb:
             return f"GPU {share.index} memory {used}+{share.memory_mb} MB > {gpu.memory_mb} MB"
+        computing = sum(s.compute for s in held)
+        if computing + share.compute > config.gpu_compute:
+            return f"GPU {share.index} compute {computing}+{share.compute} > {config.gpu_compute}"
+        if held and max(s.compute for s in (share, *held)) >= gpus.WHOLE_GPU_COMPUTE:
+            return f"GPU {share.index} is held whole by one job, not shared (compute {computing}+{share.compute})"
         strangers = sorted({o.remote_user for o in mates if o.remote_user != claim.remote_user})
         if strangers and not config.single_account:
             return (f"GPU {share.index} runs jobs of {strangers[0][:60]}, not {claim.remote_user[:60]} "

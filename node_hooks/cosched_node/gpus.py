@@ -23,8 +23,12 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 #: The most GPUs of one node (config.d/10's transform covers CoSchedGPU0..7).
 MAX_GPUS_PER_NODE = 8
-#: Compute in thousandths of a GPU: 1000 is a whole GPU.
+#: Compute in thousandths of a GPU: 1000 is a whole GPU, and the most one job takes of one GPU.
 WHOLE_GPU_COMPUTE = 1000
+#: The highest GPU compute overcommit factor a node may set (``gpu_compute_overcommit``): each
+#: GPU then offers up to MAX_GPU_COMPUTE thousandths of MPS shares.
+MAX_GPU_COMPUTE_OVERCOMMIT = 4.0
+MAX_GPU_COMPUTE = round(WHOLE_GPU_COMPUTE * MAX_GPU_COMPUTE_OVERCOMMIT)
 #: What HTCondor's ``use feature:GPUs`` gives a job with no GPU
 #: (``ENVIRONMENT_VALUE_FOR_UnAssignedGPUs``): no device index CUDA would accept.
 UNASSIGNED_GPUS = "10000"
@@ -239,16 +243,19 @@ def parse_compute_apps(text: str) -> List[ComputeApp]:
     return apps
 
 
-def claim_shares(ad: Mapping[str, Any], gpu_count: int) -> Tuple[GpuShare, ...]:
+def claim_shares(ad: Mapping[str, Any], gpu_count: int,
+                 gpu_compute: int = WHOLE_GPU_COMPUTE) -> Tuple[GpuShare, ...]:
     """The GPUs a dynamic slot holds: every k < ``gpu_count`` whose ``CoSchedGPU<k>Compute``
     is > 0 (``CoSchedGPU<k>Memory`` with it). ``ad`` maps attribute names, compared without
-    case, to values; a missing amount is 0. GpuError for a non-integer or out-of-range amount,
-    or GPU memory without compute."""
+    case, to values; a missing amount is 0. ``gpu_compute`` is what each GPU of the node
+    offers (the node config's ``gpu_compute``: 1000 times its overcommit factor), the most
+    a claim can hold of one GPU. GpuError for a non-integer or out-of-range amount, or GPU
+    memory without compute."""
     lowered = {str(k).lower(): v for k, v in ad.items()}
     shares = []
     for k in range(min(gpu_count, MAX_GPUS_PER_NODE)):
         amounts = []
-        for what, high in (("Memory", MAX_GPU_MEMORY_MB), ("Compute", WHOLE_GPU_COMPUTE)):
+        for what, high in (("Memory", MAX_GPU_MEMORY_MB), ("Compute", min(gpu_compute, MAX_GPU_COMPUTE))):
             value = lowered.get(f"coschedgpu{k}{what}".lower(), 0)
             value = 0 if value is None else value
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
@@ -267,7 +274,9 @@ def mps_environment(shares: Sequence[GpuShare], uuids: Sequence[str], pipe_direc
 
     CUDA_VISIBLE_DEVICES names the GPUs by uuid (MPS renumbers devices); visible device i is
     ``shares[i]``. CUDA_MPS_ACTIVE_THREAD_PERCENTAGE is the largest share's compute in
-    percent, rounded up; CUDA_MPS_PINNED_DEVICE_MEM_LIMIT caps each visible device at its
+    percent, rounded up, at most 100 (on a node whose GPU compute is overcommitted a claim may
+    hold more than 1000 thousandths of a GPU; MPS caps a client at all SMs);
+    CUDA_MPS_PINNED_DEVICE_MEM_LIMIT caps each visible device at its
     claimed memory (``0=6000M,1=6000M``). Advisory: the job can change them; the node agent
     enforces the memory. No share: CUDA_VISIBLE_DEVICES=10000 (HTCondor's own value for a
     job with no GPU), and nothing else."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from cosched_node import rules
-from cosched_node.gpus import MAX_GPUS_PER_NODE, WHOLE_GPU_COMPUTE, GpuShare
+from cosched_node.gpus import MAX_GPU_COMPUTE, MAX_GPUS_PER_NODE, GpuShare
 from cosched_node.placement import Units, parse_units
 from cosched_node.slots import Claim
 from cosched_node.state import JOBS_NAME, read_json, write_json_atomic
@@ -82,7 +82,7 @@ def _from_json(obj: Any) -> Running:
         raise ValueError("claim gpus is not a list of GPU shares")
     claim = Claim(**fields, gpus=tuple(GpuShare(rules.count("gpu index", g.get("index"), 0, MAX_GPUS_PER_NODE - 1),
                                                 rules.count("gpu memory", g.get("memory_mb"), 0, rules.MAX_INT),
-                                                rules.count("gpu compute", g.get("compute"), 1, WHOLE_GPU_COMPUTE))
+                                                rules.count("gpu compute", g.get("compute"), 1, MAX_GPU_COMPUTE))
                                        for g in gpus))
     units = obj.get("units")
     record = Running(

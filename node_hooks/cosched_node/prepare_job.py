@@ -274,7 +274,7 @@ def gpu_lines(job_ad: Dict[str, object], machine_ad: Dict[str, object], config: 
     agrees and lets it start (it refuses a GPU whose memory the co-runners' claims would
     exceed, or a second Owner on a GPU). A job holding no GPU gets CUDA_VISIBLE_DEVICES=10000."""
     try:
-        shares = gpus.claim_shares(machine_ad, len(config.gpus))
+        shares = gpus.claim_shares(machine_ad, len(config.gpus), config.gpu_compute)
     except gpus.GpuError as exc:
         raise AdError(str(exc)) from None
     merge_environment(job_ad, [])   # a malformed Environment is refused before the agent is asked

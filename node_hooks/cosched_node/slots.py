@@ -119,7 +119,8 @@ def _claim(ad: Dict[str, Any], config: NodeConfig) -> Claim:
         compute = rules.count(kind.compute_attr, ad.get(kind.compute_attr, 0), 0, rules.MAX_UNITS)
     user = ad.get("RemoteUser")
     try:
-        gpus = claim_shares(ad, len(config.gpus)) if slot is not None and slot.kind == "gpu-node" else ()
+        gpu_node = slot is not None and slot.kind == "gpu-node"
+        gpus = claim_shares(ad, len(config.gpus), config.gpu_compute) if gpu_node else ()
     except GpuError as exc:
         raise ValueError(str(exc)) from None
     return Claim(

@@ -20,7 +20,7 @@ from cosched_node import ads, config, discover, environment, errors, gpu_watch, 
 from test_node_harness import (HOOKS, JOB_UID, SYSTEM_PYTHON, FakeView, Starter, Starters, make_agent, needs_root,
                                slot_ad, wait_for, write_config)
 
-from condor_sched.inventory import InventoryError, node_config, parse_inventory
+from condor_sched.inventory import InventoryError, node_config, node_slots, parse_inventory
 
 U0 = "GPU-5f1c0d1e-7a2b-4c3d-8e9f-0a1b2c3d4e50"
 U1 = "GPU-5f1c0d1e-7a2b-4c3d-8e9f-0a1b2c3d4e51"
@@ -568,3 +568,238 @@ def test_a_refused_gpu_start_says_why_without_the_device_tail(gnode: GpuNode):
     assert code == errors.EXIT_OVERSUBSCRIBED
     assert ads.ad_get(out, "HookStatusMessage") == ("condor_sched: GPU node gnode (slot1_2): GPU 0 memory 12000+4000 MB "
                                                     "> 15360 MB; back to idle for a new plan")
+
+
+# --------------------------------------------------------------------------------------- admin knobs: compute
+# overcommit (gpu_compute_overcommit) and one execute account (mps_single_account)
+
+def test_an_overcommitted_inventory_gpu_node_offers_round_1000_f_per_gpu_to_the_planner_and_the_node():
+    node = parse_inventory({"nodes": [dict(GPU_YAML_NODE, gpu_compute_overcommit=1.5)]}).nodes[0]
+    assert node.gpu_compute_overcommit == 1.5 and node.gpu_compute == 1500 and node.mps_single_account is False
+    slot = node_slots(node, "cosched.test")[0]
+    assert [(g.compute, g.free_compute) for g in slot.gpus] == [(1500, 1500), (1500, 1500)]
+    assert slot.gpu_single_account is False
+    parsed = config.parse_node_config(json.loads(json.dumps(node_config(node, "cosched.test"))))
+    assert parsed.gpu_compute_overcommit == 1.5 and parsed.gpu_compute == 1500 and parsed.single_account is False
+    whole = parse_inventory({"nodes": [dict(GPU_YAML_NODE, gpu_compute_overcommit=2)]}).nodes[0]   # an integer
+    assert node_slots(whole, "cosched.test")[0].gpus[0].compute == 2000
+    odd = parse_inventory({"nodes": [dict(GPU_YAML_NODE, gpu_compute_overcommit=1.2345)]}).nodes[0]
+    assert node_slots(odd, "cosched.test")[0].gpus[0].compute == 1234 == \
+        config.parse_node_config(node_config(odd, "cosched.test")).gpu_compute
+
+
+def test_an_inventory_gpu_node_by_default_neither_overcommits_nor_shares_an_account():
+    node = parse_inventory({"nodes": [GPU_YAML_NODE]}).nodes[0]
+    slot = node_slots(node, "cosched.test")[0]
+    assert [(g.compute, g.free_compute) for g in slot.gpus] == [(1000, 1000), (1000, 1000)]
+    assert slot.gpu_single_account is False
+    data = node_config(node, "cosched.test")
+    assert data["gpu_compute_overcommit"] == 1.0 and data["mps"]["single_account"] is False
+
+
+def test_mps_single_account_in_the_inventory_reaches_the_planners_slot_and_the_node_config():
+    node = parse_inventory({"nodes": [dict(GPU_YAML_NODE, mps_single_account=True)]}).nodes[0]
+    assert node_slots(node, "cosched.test")[0].gpu_single_account is True
+    assert config.parse_node_config(node_config(node, "cosched.test")).single_account is True
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"gpu_compute_overcommit": 0.5}, "'gpu_compute_overcommit' must be a number from 1.0 to 4.0 (1.0: no overcommit), "
+                                      "got 0.5"),
+    ({"gpu_compute_overcommit": 0.999}, "'gpu_compute_overcommit' must be a number from 1.0 to 4.0"),
+    ({"gpu_compute_overcommit": 4.5}, "got 4.5"),
+    ({"gpu_compute_overcommit": "1.5"}, "'gpu_compute_overcommit' must be a number from 1.0 to 4.0 (1.0: no "
+                                        "overcommit), got '1.5'"),
+    ({"gpu_compute_overcommit": True}, "'gpu_compute_overcommit' must be a number from 1.0 to 4.0 (1.0: no "
+                                       "overcommit), got True"),
+    ({"gpu_compute_overcommit": float("inf")}, "got inf"),
+    ({"gpu_compute_overcommit": float("nan")}, "got nan"),
+    ({"gpu_compute_overcommit": None}, "got None"),
+    ({"mps_single_account": "yes"}, "'mps_single_account' must be true or false, got 'yes'"),
+    ({"mps_single_account": 1}, "'mps_single_account' must be true or false, got 1"),
+])
+def test_a_bad_gpu_node_knob_is_refused_naming_the_node_and_the_key(change, why):
+    with pytest.raises(InventoryError, match="node6") as caught:
+        parse_inventory({"nodes": [dict(GPU_YAML_NODE, **change)]})
+    assert why in str(caught.value)
+
+
+@pytest.mark.parametrize("key, value", [("gpu_compute_overcommit", 1.5), ("mps_single_account", True)])
+def test_the_gpu_node_knobs_are_refused_on_a_node_without_gpus(key, value):
+    cpu_node = {"name": "node1", "cores": 8, "memory_mb": 8192, "sockets": [{"llc_ways": 11, "mem_bw_gbs": 50.0}]}
+    with pytest.raises(InventoryError, match=rf"node1.*'{key}' only on a GPU node"):
+        parse_inventory({"nodes": [dict(cpu_node, **{key: value})]})
+
+
+def test_the_node_config_carries_the_overcommit_factor_and_defaults_to_no_overcommit():
+    assert config.parse_node_config(GNODE).gpu_compute == 1000                # absent: 1.0 (older configs)
+    assert config.parse_node_config(_with(gpu_compute_overcommit=1.5)).gpu_compute == 1500
+    assert config.parse_node_config(_with(gpu_compute_overcommit=4)).gpu_compute == 4000
+    assert config.parse_node_config(_with(gpu_compute_overcommit=1)).gpu_compute_overcommit == 1.0
+
+
+@pytest.mark.parametrize("value", [0.99, 4.01, 0, -1.5, "1.5", True, None, float("nan"), float("inf"), [1.5]])
+def test_a_bad_overcommit_factor_in_the_node_config_is_refused(value):
+    with pytest.raises(errors.ConfigError, match="'gpu_compute_overcommit' must be a number from 1.0 to 4.0"):
+        config.parse_node_config(_with(gpu_compute_overcommit=value))
+
+
+def test_the_overcommit_factor_is_refused_in_the_config_of_a_node_without_gpus():
+    cpu_node = {"node": "node1", "domain": "cosched.test", "cores": 8, "memory_mb": 8192,
+                "slots": [{"slot_id": 1, "kind": "socket", "cores": 8, "memory_mb": 8192, "cache_id": 0}],
+                "gpu_compute_overcommit": 1.5}
+    with pytest.raises(errors.ConfigError, match="for GPU nodes"):
+        config.parse_node_config(cpu_node)
+
+
+OVERCOMMITTED = _with(gpu_compute_overcommit=1.5, mps__single_account=True)
+
+
+def test_discover_gives_every_gpu_of_an_overcommitted_node_1000_f_and_says_whether_one_account_runs_all():
+    lines = _lines(discover.render_slots(discover.parse_node_config(OVERCOMMITTED), "NODE6"))
+    assert lines["NODE6.MACHINE_RESOURCE_CoSchedGPU0Compute"] == "1500"
+    assert lines["NODE6.MACHINE_RESOURCE_CoSchedGPU1Compute"] == "1500"
+    assert lines["NODE6.SLOT_TYPE_1"] == ("cpus=8, memory=8192, CoSchedGPU0Memory=15360, CoSchedGPU0Compute=1500, "
+                                          "CoSchedGPU1Memory=15360, CoSchedGPU1Compute=1500, GPUs=2, LLCWays=0, MemBW=0")
+    assert lines["NODE6.MACHINE_RESOURCE_CoSchedGPU0Memory"] == "15360"     # memory: never overcommitted
+    assert lines["NODE6.SLOT1_CoSchedGPUSingleAccount"] == "True"
+    assert _lines(discover.render_slots(discover.parse_node_config(GNODE), "NODE6"))[
+        "NODE6.SLOT1_CoSchedGPUSingleAccount"] == "False"
+
+
+def test_the_discovery_program_prints_the_overcommitted_compute_after_nvidia_smi_and_refuses_a_bad_factor(
+        tmp_path: Path):
+    (tmp_path / "smi.txt").write_text(QUERY_GPU)
+    (tmp_path / "node.json").write_text(json.dumps(OVERCOMMITTED))
+    run = [SYSTEM_PYTHON, "-Es", str(HOOKS / "discover_devices.py"), "--node-config", str(tmp_path / "node.json"),
+           "--local-name", "NODE6", "--nvidia-smi", str(tmp_path / "smi.txt")]
+    out = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = _lines(out.stdout)
+    assert lines["NODE6.MACHINE_RESOURCE_CoSchedGPU1Compute"] == "1500"
+    assert lines["NODE6.SLOT1_CoSchedGPUSingleAccount"] == "True"
+    (tmp_path / "node.json").write_text(json.dumps(_with(gpu_compute_overcommit=5)))
+    out = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == "" and "gpu_compute_overcommit" in out.stderr
+
+
+def test_the_discovered_slot_of_an_inventory_node_is_what_its_planner_slot_says():
+    node = parse_inventory({"nodes": [dict(GPU_YAML_NODE, gpu_compute_overcommit=2.5, mps_single_account=True)]}).nodes[0]
+    slot = node_slots(node, "cosched.test")[0]
+    lines = _lines(discover.render_slots(discover.parse_node_config(node_config(node, "cosched.test")), "NODE6"))
+    for gpu in slot.gpus:
+        assert int(lines[f"NODE6.MACHINE_RESOURCE_CoSchedGPU{gpu.index}Compute"]) == gpu.compute == 2500
+    assert lines["NODE6.SLOT1_CoSchedGPUSingleAccount"] == str(slot.gpu_single_account) == "True"
+
+
+def _startd_attrs() -> set[str]:
+    text = (HOOKS.parent / "config.d" / "20-cosched-startd.conf").read_text().replace("\\\n", " ")
+    return {attr for line in text.splitlines() if line.startswith("STARTD_ATTRS = ") for attr in line.split()[3:]}
+
+
+def test_every_attribute_discovery_gives_a_gpu_node_slot_is_advertised_by_config_d():
+    lines = _lines(discover.render_slots(discover.parse_node_config(OVERCOMMITTED), "NODE6"))
+    attrs = {key.split("SLOT1_", 1)[1] for key in lines if key.startswith("NODE6.SLOT1_")}
+    assert "CoSchedGPUSingleAccount" in attrs and attrs <= _startd_attrs()
+
+
+def test_a_claim_may_hold_up_to_the_nodes_compute_per_gpu_and_no_more():
+    assert gpus.claim_shares({"CoSchedGPU0Compute": 1500, "CoSchedGPU0Memory": 15360}, 1, 1500) == \
+        (gpus.GpuShare(0, 15360, 1500),)
+    for too_much, per_gpu in ((1501, 1500), (1001, 1000), (4001, 4000)):
+        with pytest.raises(gpus.GpuError, match=rf"CoSchedGPU0Compute '{too_much}' is not an integer in \[0, {per_gpu}\]"):
+            gpus.claim_shares({"CoSchedGPU0Compute": too_much}, 1, per_gpu)
+    with pytest.raises(gpus.GpuError, match="1001"):
+        gpus.claim_shares({"CoSchedGPU0Compute": 1001}, 1)                 # default: a 1.0 node
+
+
+def test_the_thread_percentage_stays_within_1_to_100_on_an_overcommitted_gpu():
+    def percent(compute: int) -> str:
+        return dict(gpus.mps_environment([gpus.GpuShare(0, 1000, compute)], [U0], PIPE))[
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]
+    assert [percent(c) for c in (1, 9, 10, 11, 999, 1000, 1001, 1500, 4000)] == \
+        ["1", "1", "1", "2", "100", "100", "100", "100", "100"]
+
+
+@pytest.fixture
+def overcommitted(tmp_path: Path):
+    starters = Starters()
+    yield GpuNode(tmp_path, starters, _with(gpu_compute_overcommit=1.5))
+    starters.close()
+
+
+def test_shares_summing_to_the_overcommitted_compute_start_on_one_gpu_and_one_more_is_refused(overcommitted: GpuNode):
+    node = overcommitted
+    starters = [node.claim(f"slot1_{i}", f"4{i}.0", {0: (3000, 500)}) for i in range(1, 4)]
+    for i, starter in enumerate(starters, 1):
+        code, out = node.prepare(starter, _machine(f"slot1_{i}", {0: (3000, 500)}))
+        assert code == 0, out
+        env = dict(environment.parse_environment_v2(ads.ad_get(out, "Environment")))
+        assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50" and env["CUDA_VISIBLE_DEVICES"] == U0
+    fourth = node.claim("slot1_4", "44.0", {0: (3000, 250)})
+    reply = node.ask(fourth)
+    assert reply["status"] == "refused" and "GPU 0 compute 1500+250 > 1500" in reply["message"]
+
+
+def test_the_same_shares_over_one_gpu_are_refused_on_a_node_without_overcommit(gnode: GpuNode):
+    first, second = gnode.claim("slot1_1", "41.0", {0: (3000, 600)}), gnode.claim("slot1_2", "42.0", {0: (3000, 500)})
+    assert gnode.ask(first)["status"] == "ok"
+    reply = gnode.ask(second)
+    assert reply["status"] == "refused" and "GPU 0 compute 600+500 > 1000" in reply["message"]
+
+
+def test_a_whole_gpu_job_on_an_overcommitted_node_needs_an_idle_gpu_and_keeps_it_alone(overcommitted: GpuNode):
+    node = overcommitted
+    share = node.claim("slot1_1", "41.0", {0: (3000, 250)})
+    whole_on_shared = node.claim("slot1_2", "42.0", {0: (12000, 1000)})
+    whole_on_idle = node.claim("slot1_3", "43.0", {1: (12000, 1000)})     # room left in memory and compute
+    share_on_whole = node.claim("slot1_4", "44.0", {1: (300, 100)})
+    assert node.ask(share)["status"] == "ok"
+    reply = node.ask(whole_on_shared)
+    assert reply["status"] == "refused" and "GPU 0 is held whole by one job, not shared" in reply["message"]
+    code, out = node.prepare(whole_on_idle, _machine("slot1_3", {1: (12000, 1000)}))
+    assert code == 0, out
+    env = dict(environment.parse_environment_v2(ads.ad_get(out, "Environment")))
+    assert env["CUDA_VISIBLE_DEVICES"] == U1 and env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "100"
+    reply = node.ask(share_on_whole)
+    assert reply["status"] == "refused" and "GPU 1 is held whole by one job" in reply["message"]
+
+
+def test_the_hook_takes_a_claim_of_all_an_overcommitted_gpus_compute_as_a_whole_gpu_and_refuses_more(
+        overcommitted: GpuNode):
+    node = overcommitted
+    starter = node.claim("slot1_1", "41.0", {0: (15360, 1500)})
+    code, out = node.prepare(starter, _machine("slot1_1", {0: (15360, 1500)}))
+    assert code == 0, out
+    env = dict(environment.parse_environment_v2(ads.ad_get(out, "Environment")))
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "100"
+    code, out = node.prepare(starter, _machine("slot1_1", {0: (15360, 1501)}))
+    assert code == errors.EXIT_BAD_AD and "CoSchedGPU0Compute '1501' is not an integer in [0, 1500]" in \
+        ads.ad_get(out, "HookStatusMessage")
+
+
+def test_overcommitted_gpu_claims_survive_an_agent_restart(overcommitted: GpuNode):
+    job = overcommitted.claim("slot1_1", "40.0", {0: (15360, 1500)})
+    assert overcommitted.ask(job)["status"] == "ok"
+    overcommitted.agent.save()
+    again = make_agent(overcommitted.config, overcommitted.state, overcommitted.view, [], None)
+    assert [r.claim.gpus for r in again.records.values()] == [(gpus.GpuShare(0, 15360, 1500),)]
+
+
+def test_an_inventory_single_account_node_lets_two_owners_share_a_gpu_and_a_default_node_does_not(tmp_path: Path):
+    starters = Starters()
+    try:
+        for single, root in ((True, tmp_path / "single"), (False, tmp_path / "default")):
+            root.mkdir()
+            inventory_node = parse_inventory({"nodes": [dict(GPU_YAML_NODE, name="gnode", mps_single_account=single)]})
+            node = GpuNode(root, starters, node_config(inventory_node.nodes[0], "cosched.test"))
+            alice = node.claim("slot1_1", "40.0", {0: (4000, 250)})
+            bob = node.claim("slot1_2", "41.0", {0: (4000, 250)}, user="bob")
+            assert node.ask(alice)["status"] == "ok"
+            reply = node.ask(bob)
+            if single:
+                assert reply["status"] == "ok"
+            else:
+                assert reply["status"] == "refused" and "(MPS: one user per GPU)" in reply["message"]
+    finally:
+        starters.close()
