@@ -593,7 +593,7 @@ def _gpus_of(ad: classad2.ClassAd) -> tuple[Gpu, ...]:
             raise AdError(model_attr, f"must be a GPU model name ({GPU_MODEL.pattern}), got {_shown(model)}")
         memory = _number(ad, f"TotalSlot{memory_attr}", required=True, minimum=1)
         compute = _number(ad, f"TotalSlot{compute_attr}", required=True, minimum=GPU.whole_compute,
-                          maximum=MAX_GPU_COMPUTE_OVERCOMMIT * GPU.whole_compute)
+                          maximum=int(MAX_GPU_COMPUTE_OVERCOMMIT * GPU.whole_compute))
         gpus.append(Gpu(index=k, uuid=uuid, model=model, memory_mb=memory,
                         free_memory_mb=_number(ad, memory_attr, required=True, maximum=memory),
                         free_compute=_number(ad, compute_attr, required=True, maximum=compute), compute=compute,

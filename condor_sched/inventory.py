@@ -51,8 +51,8 @@ from pathlib import Path
 from typing import Any
 
 from condor_sched import resources
-from condor_sched.device_kinds import DEFAULT_KIND, DEVICE_LAYOUT, DeviceKindError, device_kind
-from condor_sched.model import WHOLE_GPU, Gpu, Resources, Slot, SlotKind
+from condor_sched.device_kinds import DEFAULT_KIND, DEVICE_LAYOUT, GPU, DeviceKindError, device_kind
+from condor_sched.model import MAX_GPU_COMPUTE_OVERCOMMIT, WHOLE_GPU, Gpu, Resources, Slot, SlotKind
 from condor_sched.yamlio import check_keys, checked_number, load_yaml, shown
 
 NODE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
@@ -67,10 +67,9 @@ NODE_KEYS = ("name", "cores", "memory_mb", "sockets", "devices", "node_sharing",
 GPU_NODE_KEYS = ("gpu_compute_overcommit", "mps_single_account")
 GPU_KEYS = ("name", "uuid", "model", "memory_mb", "capability")
 #: The most GPUs of a GPU node (config.d/10's transform covers CoSchedGPU0..7).
-MAX_GPUS_PER_NODE = 8
-#: The bounds of a GPU node's ``gpu_compute_overcommit`` (the node config checks the same).
+MAX_GPUS_PER_NODE = GPU.max_per_node
+#: The lower bound of a GPU node's ``gpu_compute_overcommit`` (the node config checks the same).
 MIN_GPU_COMPUTE_OVERCOMMIT = 1.0
-MAX_GPU_COMPUTE_OVERCOMMIT = 4.0
 #: nvidia-smi's GPU and MIG uuids: ``GPU-<8-4-4-4-12 hex>``, ``MIG-<uuid>`` (R470+) or
 #: ``MIG-GPU-<uuid>/<gi>/<ci>`` (older drivers).
 GPU_UUID = re.compile(r"^(GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"

@@ -59,7 +59,7 @@ PIN_GPU_COMPUTE_ATTR = "CoSchedPinGPUCompute"
 WHOLE_GPU = 1000
 #: The largest GPU compute overcommit a node may advertise (``gpu_compute_overcommit``: MPS
 #: time-shares a GPU's SMs, so its compute is soft up to this many whole GPUs).
-MAX_GPU_COMPUTE_OVERCOMMIT = 4
+MAX_GPU_COMPUTE_OVERCOMMIT = 4.0
 #: The clause that makes a co-scheduled job match only the slot its pin names.
 PIN_CLAUSE = f"(TARGET.Name =?= MY.{PIN_SLOT_ATTR})"
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from condor_sched.device_kinds import GPU, NODE_LAYOUT, DeviceKindError, device_kind, device_kinds
+from condor_sched.model import MAX_GPU_COMPUTE_OVERCOMMIT
 from condor_sched.policies.gpu_devices import device_policy_names
 from condor_sched.policies.gpu_fleet import NO_OWNER, GpuFleet, GpuPlacement, GpuTask
 from condor_sched.policies.gpu_policies import GpuPlanContext, gpu_policy
@@ -129,6 +130,7 @@ def test_the_gpu_kind_record_names_what_the_readers_the_transform_and_the_node_u
     node_gpus = (ROOT / "node_hooks" / "cosched_node" / "gpus.py").read_text()
     discover = (ROOT / "node_hooks" / "cosched_node" / "discover.py").read_text()
     assert f"MAX_GPUS_PER_NODE = {GPU.max_per_node}" in node_gpus
+    assert f"MAX_GPU_COMPUTE_OVERCOMMIT = {MAX_GPU_COMPUTE_OVERCOMMIT}" in node_gpus
     for name in (GPU.node_attr, GPU.count_attr, GPU.resource_prefix):
         assert name in discover
     with pytest.raises(DeviceKindError, match="slot_layout"):
