@@ -19,6 +19,8 @@ import htcondor2
 import pytest
 from waiting import wait_until
 
+from condor_sched.settings import DEFAULT_GPU_POLICY
+
 pytestmark = pytest.mark.pool
 
 NODE = "node6"
@@ -143,11 +145,13 @@ HISTORY = ["ClusterId", "ProcId", "Owner", "JobStatus", "LastRemoteHost", "JobCu
            "CoSchedPinGPUs", "CoSchedPinGPUCompute", "CoSchedPinGPUMemory"]
 
 
-def test_the_sidecar_packs_one_owners_shares_on_a_gpu_and_never_mixes_owners(pool):
+@pytest.mark.parametrize("gpu_policy", [DEFAULT_GPU_POLICY, "knapsack"])
+def test_the_sidecar_packs_one_owners_shares_on_a_gpu_and_never_mixes_owners(pool, gpu_policy):
     """From submit files to completion with the sidecar's own pins (COSCHED_GPU_POLICY's
-    default): more of alice's shares than one GPU holds, a whole-GPU job and one of bob's
-    shares. Every job ends on node6; per GPU, running shares never exceed its compute or
-    memory, two of alice's shares ran there together, and bob's never ran beside hers."""
+    default, and paper 002's knapsack on the gpu kind's device view): more of alice's shares
+    than one GPU holds, a whole-GPU job and one of bob's shares. Every job ends on node6; per
+    GPU, running shares never exceed its compute or memory, two of alice's shares ran there
+    together, and bob's never ran beside hers."""
     from test_device_cosched import start_sidecar, stop
 
     shares, _ = submit_gpu_job(pool, 0, 20, request_GPUMemory="3000", request_GPUCompute="300", count=4)
@@ -155,7 +159,7 @@ def test_the_sidecar_packs_one_owners_shares_on_a_gpu_and_never_mixes_owners(poo
     stranger, _ = submit_gpu_job(pool, 0, 20, user=pool.settings.second_user, request_GPUMemory="2000",
                                  request_GPUCompute="100")
     clusters = (shares, whole, stranger)
-    sidecar = start_sidecar(pool, "lp-pack")
+    sidecar = start_sidecar(pool, "lp-pack", COSCHED_GPU_POLICY=gpu_policy)
     try:
         wait_until(lambda: not pool.schedd().query(" || ".join(f"ClusterId == {c}" for c in clusters),
                                                    projection=["JobStatus"]), "every GPU job to finish", 300)
