@@ -93,9 +93,12 @@ def consistent_state(state: PoolState) -> PoolState:
 
 def claim_not_yet_in_ad(job: Job, slots: Mapping[str, Slot]) -> str | None:
     """The slot of a started job that its slot's ad may not show yet: its resources are not
-    yet out of the ad's free amounts. Exact when the ad lists its dynamic slots (``ChildName``:
-    the job's slot is missing from it); otherwise when the ad predates the job's start, or
-    the job has no start time yet (conservative: the claim precedes the start).
+    yet out of the ad's free amounts. That is when the ad lists its dynamic slots
+    (``ChildName``) without the job's, or when the ad predates the job's start or the job has
+    no start time yet (conservative: the claim precedes the start). A listed name alone is not
+    enough: the startd reuses dynamic slot names, so an ad sent before the job started may
+    list its name for an earlier claim that has ended (seen on the local pool, GPU scale test);
+    only an ad without a time is taken at its names.
 
     The schedd marks a job running before it records ``RemoteHost`` (a separate transaction,
     when it spawns the shadow), so a started job without one counts on the slot it is pinned to.
@@ -107,6 +110,6 @@ def claim_not_yet_in_ad(job: Job, slots: Mapping[str, Slot]) -> str | None:
     slot = slots.get(partitionable_slot_of(job.remote_slot))
     if slot is None:
         return None
-    if slot.children is not None:
+    if slot.children is not None and (job.remote_slot not in slot.children or not slot.updated_at_s):
         return slot.name if job.remote_slot not in slot.children else None
     return slot.name if job.started_at_s is None or job.started_at_s >= slot.updated_at_s else None

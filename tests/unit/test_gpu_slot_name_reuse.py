@@ -6,8 +6,6 @@ startd's next update still lists slot1_4 in ChildName (the ended claim) and stil
 ended claim's shares, not the new one's. The new claim's shares must not be given away."""
 from __future__ import annotations
 
-import pytest
-
 from test_gpu_sharing import NOW, decide, gpu_job, gpu_node_ad, pins_of
 
 NODE = "slot1@node1.test"
@@ -19,11 +17,6 @@ def running(proc: int, dslot: int, started_s: int, owner: str = "alice", gpu: st
                    memory=3000)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "condor_sched bug: gpu_sharing._not_in_ad takes a running job's claim as counted in the slot ad "
-    "whenever ChildName lists its dynamic slot name, though the startd reuses names: alice's new "
-    "claim slot1_4 on GPU 0 (the ad's slot1_4 is bob's ended claim on GPU 1) is subtracted nowhere, "
-    "and a share is pinned onto GPU 0, which running claims already fill"))
 def test_a_new_claim_under_a_name_the_ad_lists_for_an_ended_claim_is_not_given_away():
     # The ad (3 s old): alice's three quarters on GPU 0 (slot1_1..3), bob's quarter on GPU 1 (slot1_4).
     ad = gpu_node_ad("node1", used={0: (750, 9000), 1: (250, 3000)}, LastHeardFrom=NOW - 3,
@@ -34,3 +27,22 @@ def test_a_new_claim_under_a_name_the_ad_lists_for_an_ended_claim_is_not_given_a
     pins = pins_of(decide(jobs, [ad]))
     # GPU 0 runs 4 x 250: the idle quarter may go to GPU 1 (free of bob now) or wait, never to GPU 0.
     assert pins.get(4, (NODE, (1,))) == (NODE, (1,)), pins
+
+
+def test_the_rule_the_cycle_and_gpu_sharing_share_trusts_a_listed_name_only_in_an_ad_sent_after_the_start():
+    from dataclasses import replace
+
+    from condor_sched.consistency import claim_not_yet_in_ad
+    from condor_sched.model import Job, JobKey, JobStatus, Resources, Slot, SlotKind
+
+    slot = Slot(NODE, "node1.test", SlotKind.NODE, Resources(cpus=8), Resources(cpus=4), updated_at_s=NOW,
+                children=("slot1_1@node1.test",))
+    job = Job(JobKey("s", 1, 0), "alice", JobStatus.RUNNING, Resources(cpus=2), remote_slot="slot1_1@node1.test",
+              started_at_s=NOW - 10)
+    slots = {NODE: slot}
+    assert claim_not_yet_in_ad(job, slots) is None                                  # listed, started before the ad
+    assert claim_not_yet_in_ad(replace(job, started_at_s=NOW + 1), slots) == NODE   # the name may be a reused one
+    assert claim_not_yet_in_ad(replace(job, remote_slot="slot1_2@node1.test"), slots) == NODE  # not listed
+    timeless = {NODE: replace(slot, updated_at_s=0)}
+    assert claim_not_yet_in_ad(replace(job, started_at_s=NOW + 1), timeless) is None  # no time: the names say it
+    assert claim_not_yet_in_ad(replace(job, status=JobStatus.IDLE), slots) is None
