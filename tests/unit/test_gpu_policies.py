@@ -14,8 +14,8 @@ from condor_sched.policies.gpu_fleet import GpuFleet, GpuPlacement, GpuTask
 from condor_sched.policies.gpu_policies import GpuPlanContext, gpu_policy, gpu_policy_names, typical_tasks
 
 PUBLISHED = ["best-fit", "dot-product", "fgd", "gpu-clustering", "gpu-packing", "random-fit"]
-#: The published six and ours (``fgd-pack``).
-ALL = sorted([*PUBLISHED, "fgd-pack"])
+#: The published six and ours (``fgd-pack``, ``fgd-mem``).
+ALL = sorted([*PUBLISHED, "fgd-pack", "fgd-mem"])
 
 
 def fleet_of(*nodes: tuple[str, str, int, int, int]) -> GpuFleet:
