@@ -133,6 +133,26 @@ def _memo(fleet: GpuFleet, typical: tuple[tuple[GpuTask, float], ...]) -> _Memo:
     return memo
 
 
+def copy_with_scores(fleet: GpuFleet) -> GpuFleet:
+    """A copy of ``fleet`` that keeps the scores already computed on it (to plan alternatives
+    of one batch without scoring every node again)."""
+    other = fleet.copy()
+    memo = _memos.get(fleet)
+    if memo is not None:
+        _memos[other] = _Memo(typical=memo.typical, target=memo.target, seen=memo.seen.copy(),
+                              version=memo.version.copy(),
+                              scores={k: (s.copy(), v.copy()) for k, (s, v) in memo.scores.items()})
+    return other
+
+
+def adopt_scores(fleet: GpuFleet, planned: GpuFleet) -> None:
+    """Let ``fleet`` keep the scores computed on ``planned``, a copy of it brought to the same
+    state (the plan made on the copy committed to ``fleet``)."""
+    memo = _memos.get(planned)
+    if memo is not None:
+        _memos[fleet] = memo
+
+
 @dataclass(frozen=True, slots=True)
 class FgdMemPolicy(FgdPackPolicy):
     """FGD's score with host memory in the fit of a class; ties as ``fgd-pack`` (module

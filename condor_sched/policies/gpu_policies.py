@@ -11,7 +11,9 @@ its experiments (``experiments/run_scripts/generate_run_scripts.py``):
   :mod:`condor_sched.policies.gpu_baselines`;
 * ``fgd`` (fragmentation gradient descent): :mod:`condor_sched.policies.fgd`;
 * ``fgd-pack`` (ours: FGD's score, ties to the fullest node): :mod:`condor_sched.policies.fgd_pack`;
-* ``fgd-mem`` (ours: ``fgd-pack`` with host memory in FGD's fit of a class): :mod:`condor_sched.policies.fgd_mem`.
+* ``fgd-mem`` (ours: ``fgd-pack`` with host memory in FGD's fit of a class): :mod:`condor_sched.policies.fgd_mem`;
+* ``fgd-mem-batch`` (ours: a batch planned by ``fgd-mem`` in the order leaving the least
+  unplaced): :mod:`condor_sched.policies.fgd_mem_batch`.
 
 What they share is here: the simulator's scheduler scores every feasible node with one score
 plugin (integer scores, ``int64`` truncation included, since it makes ties), takes the
@@ -107,9 +109,9 @@ def gpu_policy_names() -> list[str]:
 
 
 def _registry() -> dict[str, Callable[[], GpuPolicy]]:
-    from condor_sched.policies import fgd, fgd_mem, fgd_pack, gpu_baselines
+    from condor_sched.policies import fgd, fgd_mem, fgd_mem_batch, fgd_pack, gpu_baselines
     return {**gpu_baselines.BASELINES, "fgd": fgd.FgdPolicy, "fgd-pack": fgd_pack.FgdPackPolicy,
-            "fgd-mem": fgd_mem.FgdMemPolicy}
+            "fgd-mem": fgd_mem.FgdMemPolicy, "fgd-mem-batch": fgd_mem_batch.FgdMemBatchPolicy}
 
 
 # --- shared by the policies -----------------------------------------------------------------
