@@ -5,14 +5,16 @@ node's free GPU compute as fragmented for a typical task class when the class do
 the node: too few GPUs with enough compute free, the wrong model, or too little free CPU.
 Host memory is only a filter there (the simulator's ``NodeResource`` has none). On the openb
 trace it binds: a G2 node has 48 GiB of memory per GPU and a one-GPU task asks 42 GiB on
-average, a CPU-only task 48 GiB, so FGD strands idle GPUs on nodes whose memory is gone;
-those strand most of the GPU share FGD leaves unallocated (FINDINGS-batch.md).
+average, a CPU-only task 48 GiB, so FGD strands GPUs on nodes whose memory is gone: tasks
+failing on memory alone carry 3.1 of FGD's 4.96 unallocated points on the default list
+(FINDINGS-batch.md).
 
 ``fgd-mem`` keeps FGD's measure, score and resolution and adds one condition to "the class
 fits the node": free host memory at least the class's memory (the median memory of the
 class's tasks, which :func:`~condor_sched.policies.gpu_policies.typical_tasks` attaches from
-the same task list FGD's target workload is built from). Ties go as in :mod:`condor_sched.policies.fgd_pack`: the fullest
-node, the tightest GPU. With typical tasks of no memory it is ``fgd-pack``.
+the same task list FGD's target workload is built from). Ties go as in
+:mod:`condor_sched.policies.fgd_pack`: the fullest node, the tightest GPU. With typical tasks
+of no memory it is ``fgd-pack``.
 """
 from __future__ import annotations
 
