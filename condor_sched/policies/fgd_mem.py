@@ -4,7 +4,7 @@ FGD (:mod:`condor_sched.policies.fgd`, Weng et al., USENIX ATC '23, Section 4) c
 node's free GPU compute as fragmented for a typical task class when the class does not fit
 the node: too few GPUs with enough compute free, the wrong model, or too little free CPU.
 Host memory is only a filter there (the simulator's ``NodeResource`` has none). On the openb
-trace it binds: a G2 node has 48 GiB of memory per GPU and a one-GPU task asks 42 GiB on
+trace it binds: a G2 node has 48 GiB of memory per GPU and a one-GPU task asks 41 GiB on
 average, a CPU-only task 48 GiB, so FGD strands GPUs on nodes whose memory is gone: tasks
 failing on memory alone carry 3.1 of FGD's 4.96 unallocated points on the default list
 (FINDINGS-batch.md).
