@@ -11,6 +11,9 @@ its experiments (``experiments/run_scripts/generate_run_scripts.py``):
   :mod:`condor_sched.policies.gpu_baselines`;
 * ``fgd`` (fragmentation gradient descent): :mod:`condor_sched.policies.fgd`;
 * ``fgd-pack`` (ours: FGD's score, ties to the fullest node): :mod:`condor_sched.policies.fgd_pack`;
+* ``fgd-mem`` (ours: ``fgd-pack`` with host memory in FGD's fit of a class): :mod:`condor_sched.policies.fgd_mem`;
+* ``fgd-mem-batch`` (ours: a batch planned by ``fgd-mem`` in the order leaving the least
+  unplaced): :mod:`condor_sched.policies.fgd_mem_batch`;
 * paper 002's device policies (``knapsack``, ``global``, ...), unchanged, on a view of one
   device slot per GPU: :mod:`condor_sched.policies.gpu_devices`.
 
@@ -65,10 +68,15 @@ def typical_tasks(tasks: Sequence[GpuTask]) -> tuple[tuple[GpuTask, float], ...]
     GPU models) that together hold 95% of the tasks, popularities renormalised to sum to 1
     (``GetTypicalPods`` in ``pkg/utils/frag.go`` with the experiments' settings: CPU-only
     tasks included, threshold 95, step 1, no GPU weight). Classes are ordered by count, ties
-    by the larger (CPU, compute, GPUs, models) first, as the simulator's ``sort.Reverse``."""
+    by the larger (CPU, compute, GPUs, models) first, as the simulator's ``sort.Reverse``.
+    Each class carries the median host memory of its tasks, which FGD ignores (the
+    simulator's classes have none) and ``fgd-mem`` scores."""
     if not tasks:
         return ()
     counts = Counter(_task_class(t) for t in tasks)
+    memory: dict[tuple[int, int, int, str], list[int]] = {}
+    for t in tasks:
+        memory.setdefault(_task_class(t), []).append(t.memory_mib)
     ranked = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
     total = len(tasks)
     wanted = TYPICAL_POPULARITY_PCT * total / 100.0
@@ -79,8 +87,10 @@ def typical_tasks(tasks: Sequence[GpuTask]) -> tuple[tuple[GpuTask, float], ...]
         chosen.append((key, count))
         covered += count
     out = []
-    for (cpu, milli, gpus, models), count in chosen:
-        task = GpuTask(name=f"typical-{len(out)}", cpu_milli=cpu, memory_mib=0, gpus=gpus, gpu_milli=milli,
+    for key, count in chosen:
+        cpu, milli, gpus, models = key
+        task = GpuTask(name=f"typical-{len(out)}", cpu_milli=cpu, memory_mib=int(np.median(memory[key])),
+                       gpus=gpus, gpu_milli=milli,
                        models=frozenset(models.split("|")) if models else None)
         out.append((task, count / covered))
     return tuple(out)
@@ -108,8 +118,9 @@ def gpu_policy_names(device_policies: bool = True) -> list[str]:
 def _registry(device_policies: bool = True) -> dict[str, Callable[[], GpuPolicy]]:
     from functools import partial
 
-    from condor_sched.policies import fgd, fgd_pack, gpu_baselines, gpu_devices
-    fleet = {**gpu_baselines.BASELINES, "fgd": fgd.FgdPolicy, "fgd-pack": fgd_pack.FgdPackPolicy}
+    from condor_sched.policies import fgd, fgd_mem, fgd_mem_batch, fgd_pack, gpu_baselines, gpu_devices
+    fleet = {**gpu_baselines.BASELINES, "fgd": fgd.FgdPolicy, "fgd-pack": fgd_pack.FgdPackPolicy,
+             "fgd-mem": fgd_mem.FgdMemPolicy, "fgd-mem-batch": fgd_mem_batch.FgdMemBatchPolicy}
     if not device_policies:
         return fleet
     return {**{name: partial(gpu_devices.DevicePolicyOnGpus, name) for name in gpu_devices.device_policy_names()},

@@ -1,0 +1,207 @@
+"""``fgd-mem``: FGD whose fragmentation also sees host memory (ours, issue 13).
+
+FGD (:mod:`condor_sched.policies.fgd`, Weng et al., USENIX ATC '23, Section 4) counts a
+node's free GPU compute as fragmented for a typical task class when the class does not fit
+the node: too few GPUs with enough compute free, the wrong model, or too little free CPU.
+Host memory is only a filter there (the simulator's ``NodeResource`` has none). On the openb
+trace it binds: a G2 node has 48 GiB of memory per GPU and a one-GPU task asks 41 GiB on
+average, a CPU-only task 48 GiB, so FGD strands GPUs on nodes whose memory is gone: tasks
+failing on memory alone carry 3.1 of FGD's 4.96 unallocated points on the default list
+(FINDINGS-batch.md).
+
+``fgd-mem`` keeps FGD's measure, score and resolution and adds one condition to "the class
+fits the node": free host memory at least the class's memory (the median memory of the
+class's tasks, which :func:`~condor_sched.policies.gpu_policies.typical_tasks` attaches from
+the same task list FGD's target workload is built from). Ties go as in
+:mod:`condor_sched.policies.fgd_pack`: the fullest node, the tightest GPU. With typical tasks
+of no memory it is ``fgd-pack``.
+"""
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from condor_sched.policies.fgd import fgd_scores
+from condor_sched.policies.fgd_pack import FgdPackPolicy
+from condor_sched.policies.gpu_fleet import GpuFleet, GpuPlacement, GpuTask
+from condor_sched.policies.gpu_policies import (
+    INFEASIBLE,
+    GpuPlanContext,
+    best_node,
+    exclusive_gpus,
+    free_gpu_milli,
+    name_rank,
+    typical_tasks,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryTarget:
+    """Typical task classes as arrays, with their host memory (one entry per class)."""
+
+    cpu_milli: np.ndarray
+    memory_mib: np.ndarray
+    gpu_milli: np.ndarray
+    gpus: np.ndarray
+    popularity: np.ndarray
+    model_ok: np.ndarray  # (fleet models x classes)
+
+    @classmethod
+    def of(cls, fleet: GpuFleet, typical: Sequence[tuple[GpuTask, float]]) -> MemoryTarget:
+        tasks = [t for t, _ in typical]
+        model_ok = np.array([[t.models is None or model in t.models for t in tasks] for model in fleet.model_names],
+                            dtype=bool).reshape(len(fleet.model_names), len(tasks))
+        return cls(cpu_milli=np.array([t.cpu_milli for t in tasks], dtype=np.int64),
+                   memory_mib=np.array([t.memory_mib for t in tasks], dtype=np.int64),
+                   gpu_milli=np.array([t.gpu_milli if t.gpus else 0 for t in tasks], dtype=np.int64),
+                   gpus=np.array([t.gpus for t in tasks], dtype=np.int64),
+                   popularity=np.array([p for _, p in typical], dtype=np.float64), model_ok=model_ok)
+
+
+def fragmentation(cpu_free_milli: np.ndarray, memory_free_mib: np.ndarray, gpu_free_milli: np.ndarray,
+                  model_ok: np.ndarray, target: MemoryTarget) -> np.ndarray:
+    """FGD's fragmentation (:func:`condor_sched.policies.fgd.unusable_milli` weighted by
+    popularity), a class fitting only where its memory fits too. Shapes as there."""
+    free = gpu_free_milli[..., :, None]
+    enough = free >= target.gpu_milli
+    count = enough.sum(axis=-2)
+    small = np.where(enough, 0, free).sum(axis=-2)
+    total = gpu_free_milli.sum(axis=-1)[..., None]
+    fits = (model_ok & (count >= target.gpus) & (cpu_free_milli[..., None] >= target.cpu_milli)
+            & (memory_free_mib[..., None] >= target.memory_mib) & (target.gpus > 0))
+    return np.where(fits, small, total) @ target.popularity
+
+
+def node_scores(fleet: GpuFleet, task: GpuTask, nodes: np.ndarray, target: MemoryTarget) -> np.ndarray:
+    """FGD scores of ``task`` on ``nodes``, as :func:`condor_sched.policies.fgd.node_scores`."""
+    free = free_gpu_milli(fleet)[nodes]
+    cpu = fleet.cpu_free_milli[nodes]
+    memory = fleet.memory_free_mib[nodes]
+    model_ok = target.model_ok[fleet.model_of_node[nodes]]
+    before = fragmentation(cpu, memory, free, model_ok, target)
+    cpu_after, memory_after = cpu - task.cpu_milli, memory - task.memory_mib
+    if task.shares_gpu:
+        width = free.shape[1]
+        after_free = np.repeat(free[:, None, :], width, axis=1)
+        diagonal = np.arange(width)
+        after_free[:, diagonal, diagonal] -= task.gpu_milli
+        after = fragmentation(cpu_after[:, None], memory_after[:, None], after_free, model_ok[:, None, :], target)
+        scores = fgd_scores(before[:, None] - after)
+        fits = fleet.gpu_present[nodes] & (free >= task.gpu_milli)
+        return np.where(fits, scores, INFEASIBLE)
+    after_free = free.copy()
+    if task.gpus:
+        idle = free == fleet.compute_capacity
+        after_free[idle & (np.cumsum(idle, axis=1) <= task.gpus)] -= task.gpu_milli
+    return fgd_scores(before - fragmentation(cpu_after, memory_after, after_free, model_ok, target))
+
+
+@dataclass(slots=True)
+class _Memo:
+    """Scores per task shape and node, valid while the node's free amounts are unchanged."""
+
+    typical: tuple[tuple[GpuTask, float], ...]
+    target: MemoryTarget
+    seen: np.ndarray  # (n, width + 2): free CPU, memory and GPU compute when last scored
+    version: np.ndarray
+    scores: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    def sync(self, fleet: GpuFleet) -> None:
+        now = _free_state(fleet)
+        changed = (now != self.seen).any(axis=1)
+        if changed.any():
+            self.version[changed] += 1
+            self.seen[changed] = now[changed]
+
+
+def _free_state(fleet: GpuFleet) -> np.ndarray:
+    return np.column_stack([fleet.cpu_free_milli, fleet.memory_free_mib, fleet.gpu_free_milli])
+
+
+_memos: weakref.WeakKeyDictionary[GpuFleet, _Memo] = weakref.WeakKeyDictionary()
+
+
+def _memo(fleet: GpuFleet, typical: tuple[tuple[GpuTask, float], ...]) -> _Memo:
+    memo = _memos.get(fleet)
+    if memo is None or len(memo.version) != len(fleet) or not (memo.typical is typical or memo.typical == typical):
+        memo = _Memo(typical=typical, target=MemoryTarget.of(fleet, typical), seen=_free_state(fleet),
+                     version=np.zeros(len(fleet), dtype=np.int64))
+        _memos[fleet] = memo
+    else:
+        memo.sync(fleet)
+    return memo
+
+
+def copy_with_scores(fleet: GpuFleet) -> GpuFleet:
+    """A copy of ``fleet`` that keeps the scores already computed on it (to plan alternatives
+    of one batch without scoring every node again)."""
+    other = fleet.copy()
+    memo = _memos.get(fleet)
+    if memo is not None:
+        _memos[other] = _Memo(typical=memo.typical, target=memo.target, seen=memo.seen.copy(),
+                              version=memo.version.copy(),
+                              scores={k: (s.copy(), v.copy()) for k, (s, v) in memo.scores.items()})
+    return other
+
+
+def adopt_scores(fleet: GpuFleet, planned: GpuFleet) -> None:
+    """Let ``fleet`` keep the scores computed on ``planned``, a copy of it brought to the same
+    state (the plan made on the copy committed to ``fleet``)."""
+    memo = _memos.get(planned)
+    if memo is not None:
+        _memos[fleet] = memo
+
+
+@dataclass(frozen=True, slots=True)
+class FgdMemPolicy(FgdPackPolicy):
+    """FGD's score with host memory in the fit of a class; ties as ``fgd-pack`` (module
+    docstring). The target workload is ``context.typical_tasks``, or, when empty,
+    :func:`~condor_sched.policies.gpu_policies.typical_tasks` of the batch."""
+
+    name: str = "fgd-mem"
+
+    def place(self, fleet: GpuFleet, tasks: Sequence[GpuTask], context: GpuPlanContext) -> list[GpuPlacement | None]:
+        typical = context.typical_tasks or typical_tasks(tasks)
+        memo = _memo(fleet, typical)
+        names = name_rank(fleet)
+        placements: list[GpuPlacement | None] = []
+        for task in tasks:
+            feasible = fleet.node_fits(task)
+            if not feasible.any():
+                placements.append(None)
+                continue
+            scores = self.scores(fleet, task, feasible, memo)
+            ranks = self.tie_ranks(fleet, names)
+            if task.shares_gpu:
+                gpu_scores = np.where(fleet.gpu_fits(task), scores, INFEASIBLE)
+                node = best_node(gpu_scores.max(axis=1), feasible, ranks)
+                assert node is not None
+                gpus: tuple[int, ...] = (self.gpu_among(fleet, node, gpu_scores[node]),)
+            else:
+                node = best_node(scores, feasible, ranks)
+                assert node is not None
+                gpus = exclusive_gpus(fleet, task, node)
+            placement = GpuPlacement(node, gpus)
+            fleet.commit(task, placement)
+            memo.version[node] += 1
+            memo.seen[node] = _free_state(fleet)[node]
+            placements.append(placement)
+        return placements
+
+    @staticmethod
+    def scores(fleet: GpuFleet, task: GpuTask, feasible: np.ndarray, memo: _Memo) -> np.ndarray:
+        key = (task.cpu_milli, task.memory_mib, task.gpus, task.gpu_milli)
+        cached = memo.scores.get(key)
+        if cached is None:
+            shape = (len(fleet), fleet.width) if task.shares_gpu else (len(fleet),)
+            cached = (np.full(shape, INFEASIBLE, dtype=np.int64), np.full(len(fleet), -1, dtype=np.int64))
+            memo.scores[key] = cached
+        scores, version = cached
+        stale = np.flatnonzero(feasible & (version != memo.version))
+        if stale.size:
+            scores[stale] = node_scores(fleet, task, stale, memo.target)
+            version[stale] = memo.version[stale]
+        return scores
