@@ -65,7 +65,7 @@ def gpu_policy_option(default: str) -> Callable[[Callable], Callable]:
     """``--gpu-policy``: the GPU jobs' policy (COSCHED_GPU_POLICY), any of ``gpu_policy_names()``."""
     return click.option("--gpu-policy", "gpu_policy_name", type=click.Choice(["none", *gpu_policy_names()]),
                         default=None,
-                        help="GPU jobs' policy (COSCHED_GPU_POLICY): a fleet policy (fgd-pack, fgd, best-fit, ...) "
+                        help="GPU jobs' policy (COSCHED_GPU_POLICY): a fleet policy (fgd-mem-batch, fgd, best-fit, ...) "
                              f"or a device policy (knapsack, global, ...) on one device slot per GPU; default: {default}.")
 
 

@@ -13,7 +13,7 @@ from condor_sched.policies.gpu_policies import gpu_policy_names
 
 
 #: The GPU policy of a pool that sets no COSCHED_GPU_POLICY (issue 13; docs/results.md says why).
-DEFAULT_GPU_POLICY = "fgd-pack"
+DEFAULT_GPU_POLICY = "fgd-mem-batch"
 #: The node-sharing policy a live pool runs (paper 001's SD-Policy, ``condor_sched.node_sharing``).
 LIVE_NODE_POLICY = "sd"
 

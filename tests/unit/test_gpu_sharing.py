@@ -10,7 +10,7 @@ import pytest
 from condor_sched.classads import state_from_ads
 from condor_sched.cycle import CycleConfig, CycleMemory, decide_cycle
 from condor_sched.model import JobKey
-from condor_sched.settings import SettingsError, settings_from_knobs
+from condor_sched.settings import DEFAULT_GPU_POLICY, SettingsError, settings_from_knobs
 from condor_sched.sidecar import apply_cycle
 from test_sidecar import RecordingEditor
 
@@ -229,7 +229,7 @@ def test_plan_prints_the_gpu_pins_as_text_and_json(tmp_path):
     (tmp_path / "m.json").write_text(ads_to_json([gpu_node_ad("node1")]))
     args = ["plan", "--queue", str(tmp_path / "q.json"), "--machines", str(tmp_path / "m.json")]
     text = CliRunner().invoke(main, args, catch_exceptions=False).output
-    assert "GPU sharing (fgd-pack): 1 pinned" in text and "slot1@node1.test GPU 0: 250/1000 and 4000 MB" in text
+    assert f"GPU sharing ({DEFAULT_GPU_POLICY}): 1 pinned" in text and "slot1@node1.test GPU 0: 250/1000 and 4000 MB" in text
     assert "hold: GPU sharing can never place it: request_GPUs = 9" in text
     report = json.loads(CliRunner().invoke(main, [*args, "--policy", "best-fit", "--json"]).output)
     assert report["gpu_policy"] == "best-fit"
