@@ -259,6 +259,20 @@ def assert_overbooking_is_corrected(watch: GpuWatch, log: Path) -> None:
                                     *watch.overbooked[:5], f"sidecar log: {log}"])
 
 
+def assert_all_ran_within_the_gpus(pool, clusters: list[Cluster], watch: GpuWatch,
+                                   sidecar: HostSidecar) -> list[dict]:
+    """No job held, no sample over a GPU or mixing Owners, no pin left on a full GPU, every
+    job ran once on its pin and the history never oversubscribes a GPU; the history."""
+    assert not watch.held, watch.held[:3]
+    log = watch.keep_log(pool, sidecar, f"gpu-scale-{time.strftime('%H%M%S')}")
+    assert not watch.violations, "\n".join([*watch.violations[:5], f"sidecar log: {log}"])
+    assert_overbooking_is_corrected(watch, log)
+    history = finished(pool, clusters)
+    assert_every_job_ran_once_on_its_pin(clusters, history)
+    assert_history_never_oversubscribes(history)
+    return history
+
+
 def remove_and_wait(pool, clusters: list[Cluster]) -> None:
     """Leave the pool idle for the next test (warns, not fails, so a test's own failure shows)."""
     constraint = either(clusters)
@@ -301,13 +315,7 @@ def test_two_users_with_more_gpu_shares_than_one_cycle_offers_all_run_and_no_gpu
     print(f"{sum(c.count for c in clusters)} GPU jobs of two users ran in {took:.0f} s; {watch.samples} samples, "
           f"at most {watch.most_shares_at_once} shares on one GPU, at most {watch.pinned_idle_seen} pinned idle, "
           f"{watch.reused_slot_names} reused dynamic slot names, pins on a full GPU: {watch.overbooked_for_s()}")
-    assert not watch.held, watch.held[:3]
-    log = watch.keep_log(pool, sidecar, f"gpu-scale-{time.strftime('%H%M%S')}")
-    assert not watch.violations, "\n".join([*watch.violations[:5], f"sidecar log: {log}"])
-    assert_overbooking_is_corrected(watch, log)
-    history = finished(pool, clusters)
-    assert_every_job_ran_once_on_its_pin(clusters, history)
-    assert_history_never_oversubscribes(history)
+    history = assert_all_ran_within_the_gpus(pool, clusters, watch, sidecar)
     assert watch.most_shares_at_once >= 2, "no two shares ever ran on one GPU together"
     assert sidecar.count(r"pinned \S+#") >= sum(c.count for c in clusters), sidecar.tail(40)
 
@@ -383,12 +391,6 @@ def test_gpu_jobs_survive_a_daemon_restart_between_pin_and_match(pool, daemon):
     print(f"{sum(c.count for c in clusters)} GPU jobs done {time.monotonic() - started:.0f} s after the first "
           f"submit; {watch.samples} samples, {watch.reused_slot_names} reused dynamic slot names, "
           f"pins on a full GPU: {watch.overbooked_for_s()}")
-    assert not watch.held, watch.held[:3]
-    log = watch.keep_log(pool, sidecar, f"gpu-scale-{time.strftime('%H%M%S')}")
-    assert not watch.violations, "\n".join([*watch.violations[:5], f"sidecar log: {log}"])
-    assert_overbooking_is_corrected(watch, log)
-    history = finished(pool, clusters)
-    assert_every_job_ran_once_on_its_pin(clusters, history)
-    assert_history_never_oversubscribes(history)
+    history = assert_all_ran_within_the_gpus(pool, clusters, watch, sidecar)
     if daemon == "STARTD":  # the restart evicted alice's running shares, which ran again
         assert any(a["JobRunCount"] >= 2 for a in history if a["ClusterId"] == clusters[0].id), history
