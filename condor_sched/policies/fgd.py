@@ -166,7 +166,7 @@ class FgdPolicy:
 
     def place(self, fleet: GpuFleet, tasks: Sequence[GpuTask], context: GpuPlanContext) -> list[GpuPlacement | None]:
         typical = context.typical_tasks or typical_tasks(tasks)
-        memo = _memo(fleet, typical)
+        memo = self.memo_of(fleet, typical)
         names = name_rank(fleet)
         placements: list[GpuPlacement | None] = []
         for task in tasks:
@@ -174,7 +174,7 @@ class FgdPolicy:
             if not feasible.any():
                 placements.append(None)
                 continue
-            scores = self._scores(fleet, task, feasible, memo)
+            scores = self.scores(fleet, task, feasible, memo)
             ranks = self.tie_ranks(fleet, names)
             if task.shares_gpu:
                 gpu_scores = np.where(fleet.gpu_fits(task), scores, INFEASIBLE)
@@ -191,6 +191,11 @@ class FgdPolicy:
             placements.append(placement)
         return placements
 
+    def memo_of(self, fleet: GpuFleet, typical: tuple[tuple[GpuTask, float], ...]) -> _Memo:
+        """The scores kept on ``fleet`` for this target workload (with ``touch`` and ``scores``
+        they are what a variant of FGD's score overrides)."""
+        return _memo(fleet, typical)
+
     def tie_ranks(self, fleet: GpuFleet, names: np.ndarray) -> np.ndarray:
         """Each node's rank among nodes of equal score (lowest wins): the node name's, as
         the simulator's ``selectHost``."""
@@ -201,9 +206,10 @@ class FgdPolicy:
         (``calculateGpuShareFragExtendScore``)."""
         return int(np.argmax(gpu_scores))
 
-    @staticmethod
-    def _scores(fleet: GpuFleet, task: GpuTask, feasible: np.ndarray, memo: _Memo) -> np.ndarray:
-        key = (task.cpu_milli, task.gpus, task.gpu_milli)
+    def scores(self, fleet: GpuFleet, task: GpuTask, feasible: np.ndarray, memo: _Memo) -> np.ndarray:
+        """The task's scores on every feasible node (per GPU for a share), from ``memo`` where
+        the node is unchanged since they were computed."""
+        key = self.score_key(task)
         cached = memo.scores.get(key)
         if cached is None:
             shape = (len(fleet), fleet.width) if task.shares_gpu else (len(fleet),)
@@ -212,6 +218,15 @@ class FgdPolicy:
         scores, version = cached
         stale = np.flatnonzero(feasible & (version != memo.version))
         if stale.size:
-            scores[stale] = node_scores(fleet, task, stale, memo.target)
+            scores[stale] = self.score_nodes(fleet, task, stale, memo.target)
             version[stale] = memo.version[stale]
         return scores
+
+    @staticmethod
+    def score_key(task: GpuTask) -> tuple:
+        """What a task's scores depend on (tasks equal in it share them)."""
+        return (task.cpu_milli, task.gpus, task.gpu_milli)
+
+    @staticmethod
+    def score_nodes(fleet: GpuFleet, task: GpuTask, nodes: np.ndarray, target) -> np.ndarray:
+        return node_scores(fleet, task, nodes, target)

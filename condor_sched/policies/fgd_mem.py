@@ -26,15 +26,10 @@ import numpy as np
 
 from condor_sched.policies.fgd import fgd_scores
 from condor_sched.policies.fgd_pack import FgdPackPolicy
-from condor_sched.policies.gpu_fleet import GpuFleet, GpuPlacement, GpuTask
+from condor_sched.policies.gpu_fleet import GpuFleet, GpuTask
 from condor_sched.policies.gpu_policies import (
     INFEASIBLE,
-    GpuPlanContext,
-    best_node,
-    exclusive_gpus,
     free_gpu_milli,
-    name_rank,
-    typical_tasks,
 )
 
 
@@ -109,6 +104,10 @@ class _Memo:
     version: np.ndarray
     scores: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
+    def touch(self, fleet: GpuFleet, node: int) -> None:
+        self.version[node] += 1
+        self.seen[node] = _free_state(fleet)[node]
+
     def sync(self, fleet: GpuFleet) -> None:
         now = _free_state(fleet)
         changed = (now != self.seen).any(axis=1)
@@ -163,45 +162,13 @@ class FgdMemPolicy(FgdPackPolicy):
 
     name: str = "fgd-mem"
 
-    def place(self, fleet: GpuFleet, tasks: Sequence[GpuTask], context: GpuPlanContext) -> list[GpuPlacement | None]:
-        typical = context.typical_tasks or typical_tasks(tasks)
-        memo = _memo(fleet, typical)
-        names = name_rank(fleet)
-        placements: list[GpuPlacement | None] = []
-        for task in tasks:
-            feasible = fleet.node_fits(task)
-            if not feasible.any():
-                placements.append(None)
-                continue
-            scores = self.scores(fleet, task, feasible, memo)
-            ranks = self.tie_ranks(fleet, names)
-            if task.shares_gpu:
-                gpu_scores = np.where(fleet.gpu_fits(task), scores, INFEASIBLE)
-                node = best_node(gpu_scores.max(axis=1), feasible, ranks)
-                assert node is not None
-                gpus: tuple[int, ...] = (self.gpu_among(fleet, node, gpu_scores[node]),)
-            else:
-                node = best_node(scores, feasible, ranks)
-                assert node is not None
-                gpus = exclusive_gpus(fleet, task, node)
-            placement = GpuPlacement(node, gpus)
-            fleet.commit(task, placement)
-            memo.version[node] += 1
-            memo.seen[node] = _free_state(fleet)[node]
-            placements.append(placement)
-        return placements
+    def memo_of(self, fleet: GpuFleet, typical: tuple[tuple[GpuTask, float], ...]) -> _Memo:  # type: ignore[override]
+        return _memo(fleet, typical)
 
     @staticmethod
-    def scores(fleet: GpuFleet, task: GpuTask, feasible: np.ndarray, memo: _Memo) -> np.ndarray:
-        key = (task.cpu_milli, task.memory_mib, task.gpus, task.gpu_milli)
-        cached = memo.scores.get(key)
-        if cached is None:
-            shape = (len(fleet), fleet.width) if task.shares_gpu else (len(fleet),)
-            cached = (np.full(shape, INFEASIBLE, dtype=np.int64), np.full(len(fleet), -1, dtype=np.int64))
-            memo.scores[key] = cached
-        scores, version = cached
-        stale = np.flatnonzero(feasible & (version != memo.version))
-        if stale.size:
-            scores[stale] = node_scores(fleet, task, stale, memo.target)
-            version[stale] = memo.version[stale]
-        return scores
+    def score_key(task: GpuTask) -> tuple:
+        return (task.cpu_milli, task.memory_mib, task.gpus, task.gpu_milli)
+
+    @staticmethod
+    def score_nodes(fleet: GpuFleet, task: GpuTask, nodes: np.ndarray, target: MemoryTarget) -> np.ndarray:
+        return node_scores(fleet, task, nodes, target)
