@@ -7,7 +7,7 @@ Host memory is only a filter there (the simulator's ``NodeResource`` has none). 
 trace it binds: a G2 node has 48 GiB of memory per GPU and a one-GPU task asks 41 GiB on
 average, a CPU-only task 48 GiB, so FGD strands GPUs on nodes whose memory is gone: tasks
 failing on memory alone carry 3.1 of FGD's 4.96 unallocated points on the default list
-(FINDINGS-batch.md).
+(docs/gpu-batch-findings.md).
 
 ``fgd-mem`` keeps FGD's measure, score and resolution and adds one condition to "the class
 fits the node": free host memory at least the class's memory (the median memory of the

@@ -14,7 +14,7 @@ task is left unplaced it is planned again, each time on a copy of the fleet:
 
 The plan kept is the one leaving the least GPU compute unplaced (then fewer tasks, then the
 earliest attempt). Every batch that fits whole keeps the arrival order: planning every batch
-largest first leaves far more unallocated on the openb trace (FINDINGS-batch.md). No future
+largest first leaves far more unallocated on the openb trace (docs/gpu-batch-findings.md). No future
 batch is seen.
 """
 from __future__ import annotations
