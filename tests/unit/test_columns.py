@@ -79,7 +79,10 @@ def test_the_rounded_plan_is_valid_bounded_and_repeatable(seed, n_devices, n_job
         return
     again = cg.configuration_plan(start, supply, slots, caps, settings, 0.0, 0.3, bound)
     assert plan.on_device == again.on_device and plan.lp_value == again.lp_value
-    assert started - 1e-6 <= plan.lp_value <= bound + 1e-6  # the start is one of its points
+    # the start is one of its points; ``bound`` is the floor of the device-group LP, a looser
+    # relaxation, so the configuration LP's fractional value stays below bound + 1 (seed 204,
+    # 2 devices, 14 jobs: 10.5 against a group LP of 10.93, floored to 10)
+    assert started - 1e-6 <= plan.lp_value < bound + 1
     assert _placed_if_valid(plan.on_device, supply, caps) <= plan.lp_value + 1e-6
 
 
