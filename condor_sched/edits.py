@@ -87,8 +87,17 @@ PIN_ATTRS = (PIN_SLOT_ATTR, PIN_CYCLE_ATTR, PIN_TIME_ATTR, PIN_LLC_WAYS_ATTR, PI
              PIN_EXCLUSIVE_ATTR, PIN_GPUS_ATTR, PIN_GPU_MEMORY_ATTR, PIN_GPU_COMPUTE_ATTR)
 
 
+#: What an unpin leaves: a GPU job's last GPUs and shares. An unpin can land on a job the
+#: negotiator matched in the same instant (seen on the local pool after a startd restart); the
+#: claim holds exactly those shares, and the sidecar reads a running job's GPUs from them
+#: (a GPU holds one Owner's shares). They match nothing without the slot, and a new pin writes
+#: them all again before its slot.
+UNPIN_KEEPS = (PIN_GPUS_ATTR, PIN_GPU_MEMORY_ATTR, PIN_GPU_COMPUTE_ATTR)
+
+
 def unpin_change(job: JobKey) -> JobChange:
-    return JobChange(job, tuple((attr, UNDEFINED) for attr in PIN_ATTRS))
+    """Clear a pin (the slot first), all but what ``UNPIN_KEEPS``."""
+    return JobChange(job, tuple((attr, UNDEFINED) for attr in PIN_ATTRS if attr not in UNPIN_KEEPS))
 
 
 def enroll_change(job: JobKey, requirements: str | None) -> JobChange:
@@ -100,7 +109,7 @@ def enroll_change(job: JobKey, requirements: str | None) -> JobChange:
 def release_change(job: JobKey, original: str | None) -> JobChange:
     """Undo enrolment: unpin, restore the saved Requirements, drop the reason."""
     restore = (("Requirements", original),) if original else ()
-    return JobChange(job, (*unpin_change(job).writes, *restore, (PIN_REASON_ATTR, UNDEFINED)))
+    return JobChange(job, (*((attr, UNDEFINED) for attr in PIN_ATTRS), *restore, (PIN_REASON_ATTR, UNDEFINED)))
 
 
 def reason_change(job: JobKey, reason: str) -> JobChange:

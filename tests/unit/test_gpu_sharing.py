@@ -137,7 +137,23 @@ def test_a_kept_pin_holds_its_share_and_a_stale_one_is_unpinned_with_the_reason(
     assert 3 not in pins_of(d)  # 800 + 500 > 1000 on the one GPU
     editor = RecordingEditor()
     apply_cycle(d, editor, now=NOW)
-    assert editor.attrs[key(1)]["CoSchedPinGPUs"] is None and editor.attrs[key(1)]["CoSchedPinSlot"] is None
+    assert editor.attrs[key(1)]["CoSchedPinSlot"] is None and editor.attrs[key(1)]["CoSchedPinCycle"] is None
+    assert "CoSchedPinGPUs" not in editor.attrs[key(1)]  # kept: see the next test
+
+
+def test_a_job_matched_as_it_was_unpinned_still_owns_its_gpu():
+    """An unpin can land on a job the negotiator matched in the same instant (local pool,
+    after a startd restart): it runs on its claim with its pin's slot cleared. Its GPUs and
+    shares stay, so another Owner's share is not put beside it."""
+    raced = gpu_job(0, compute=300, memory=3000, status=2, RemoteHost="slot1_1@node1.test",
+                    JobCurrentStartDate=NOW - 30, CoSchedPinGPUs="0", CoSchedPinGPUCompute=300,
+                    CoSchedPinGPUMemory=3000)
+    bob = gpu_job(1, compute=300, memory=3000, owner="bob")
+    node = gpu_node_ad("node1", gpus=1, used={0: (300, 3000)}, children=["slot1_1@node1.test"])
+    d = decide([raced, bob], [node])
+    assert pins_of(d) == {} and "waiting" in d.reasons[key(1)]
+    alice = gpu_job(2, compute=300, memory=3000)
+    assert pins_of(decide([raced, alice], [node])) == {2: ("slot1@node1.test", (0,))}
 
 
 def test_kept_pins_beyond_a_gpus_totals_are_unpinned_newest_first():
