@@ -315,7 +315,7 @@ def test_two_users_with_more_gpu_shares_than_one_cycle_offers_all_run_and_no_gpu
     print(f"{sum(c.count for c in clusters)} GPU jobs of two users ran in {took:.0f} s; {watch.samples} samples, "
           f"at most {watch.most_shares_at_once} shares on one GPU, at most {watch.pinned_idle_seen} pinned idle, "
           f"{watch.reused_slot_names} reused dynamic slot names, pins on a full GPU: {watch.overbooked_for_s()}")
-    history = assert_all_ran_within_the_gpus(pool, clusters, watch, sidecar)
+    assert_all_ran_within_the_gpus(pool, clusters, watch, sidecar)
     assert watch.most_shares_at_once >= 2, "no two shares ever ran on one GPU together"
     assert sidecar.count(r"pinned \S+#") >= sum(c.count for c in clusters), sidecar.tail(40)
 
