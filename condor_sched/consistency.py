@@ -110,6 +110,8 @@ def claim_not_yet_in_ad(job: Job, slots: Mapping[str, Slot]) -> str | None:
     slot = slots.get(partitionable_slot_of(job.remote_slot))
     if slot is None:
         return None
-    if slot.children is not None and (job.remote_slot not in slot.children or not slot.updated_at_s):
-        return slot.name if job.remote_slot not in slot.children else None
+    if slot.children is not None and job.remote_slot not in slot.children:
+        return slot.name
+    if slot.children is not None and not slot.updated_at_s:
+        return None  # an ad without a time says only its names
     return slot.name if job.started_at_s is None or job.started_at_s >= slot.updated_at_s else None

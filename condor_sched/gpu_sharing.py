@@ -33,6 +33,7 @@ from condor_sched.model import (
     partitionable_slot_of,
 )
 from condor_sched.consistency import claim_not_yet_in_ad
+from condor_sched.device_kinds import GPU
 from condor_sched.edits import JobChange
 from condor_sched.policies.base import PlanSettings
 from condor_sched.policies.gpu_fleet import GpuFleet, GpuPlacement, GpuTask
@@ -250,7 +251,7 @@ def decide_gpu_sharing(state: PoolState, cycle: int, policy: GpuPolicy, settings
     every_gpu = [g for s in gpu_slots for g in s.gpus]
     cache: dict = {}
     ordered = _fair_order(to_plan, running, state.user_priorities)
-    tasks = [_task(j, owner_code[j.owner], accepted_models(j.attributes.get("RequireGPUs"), every_gpu, cache))
+    tasks = [_task(j, owner_code[j.owner], accepted_models(j.attributes.get(GPU.match_request_attr), every_gpu, cache))
              for j in ordered]
     context = GpuPlanContext(rng=np.random.default_rng([settings.seed, cycle]),
                              typical_tasks=typical_tasks(tasks + [_task(j, owner_code[j.owner], None) for j in running]),

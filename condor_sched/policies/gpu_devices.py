@@ -10,8 +10,8 @@ its GPU memory (its compute share of the GPU's memory when it names none) and it
 memory. The policy plans the GPUs of one memory size at a time, the largest first, so that
 a share's memory is exact, and accounts GPU memory to the MB (``memory_granularity_mb`` 1:
 a whole GPU's memory must fit its GPU); compute is hard in the view (the node's advertised
-compute already holds its overcommit). What the view cannot say is enforced by committing the plan, in the
-plan's order, to the :class:`GpuFleet`, which refuses what does not fit:
+compute already holds its overcommit). What the view cannot say is enforced by committing
+the plan, in the plan's order, to the :class:`GpuFleet`, which refuses what does not fit:
 
 * a GPU node's cpus and memory are shared by its GPUs, so two device slots of a node may
   both count them; the commit takes them once;
@@ -26,15 +26,15 @@ A task the commit refuses is planned again, in a next round, with what is left; 
 when one places nothing. The calls of a batch share one solver budget,
 ``settings.solver_time_limit_s`` (what ``global`` gets for one call elsewhere), split over
 the calls still to come (at least ``MIN_CALL_S`` each), so a cycle with many owners and GPU
-sizes stays within a few limits. Tasks no device slot can show (CPU-only tasks, and ``gpus > 1``
-whole GPUs of one node) are placed first, in order, by ``best-fit``
+sizes stays within a few limits. Tasks no device slot can show (CPU-only tasks, and
+``gpus > 1`` whole GPUs of one node) are placed first, in order, by ``best-fit``
 (:mod:`~condor_sched.policies.gpu_baselines`): a deviation by design, since a device
 policy places a job on one device.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
