@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from condor_sched.policies.fgd import fgd_scores
+from condor_sched.policies.fgd import TargetWorkload, fgd_scores
 from condor_sched.policies.fgd_pack import FgdPackPolicy
 from condor_sched.policies.gpu_fleet import GpuFleet, GpuTask
 from condor_sched.policies.gpu_policies import (
@@ -34,26 +34,16 @@ from condor_sched.policies.gpu_policies import (
 
 
 @dataclass(frozen=True, slots=True)
-class MemoryTarget:
-    """Typical task classes as arrays, with their host memory (one entry per class)."""
+class MemoryTarget(TargetWorkload):
+    """FGD's typical task classes as arrays, with each class's host memory (MiB)."""
 
-    cpu_milli: np.ndarray
-    memory_mib: np.ndarray
-    gpu_milli: np.ndarray
-    gpus: np.ndarray
-    popularity: np.ndarray
-    model_ok: np.ndarray  # (fleet models x classes)
+    memory_mib: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @classmethod
     def of(cls, fleet: GpuFleet, typical: Sequence[tuple[GpuTask, float]]) -> MemoryTarget:
-        tasks = [t for t, _ in typical]
-        model_ok = np.array([[t.models is None or model in t.models for t in tasks] for model in fleet.model_names],
-                            dtype=bool).reshape(len(fleet.model_names), len(tasks))
-        return cls(cpu_milli=np.array([t.cpu_milli for t in tasks], dtype=np.int64),
-                   memory_mib=np.array([t.memory_mib for t in tasks], dtype=np.int64),
-                   gpu_milli=np.array([t.gpu_milli if t.gpus else 0 for t in tasks], dtype=np.int64),
-                   gpus=np.array([t.gpus for t in tasks], dtype=np.int64),
-                   popularity=np.array([p for _, p in typical], dtype=np.float64), model_ok=model_ok)
+        base = TargetWorkload.of(fleet, typical)
+        return cls(**{f.name: getattr(base, f.name) for f in fields(TargetWorkload)},
+                   memory_mib=np.array([t.memory_mib for t, _ in typical], dtype=np.int64))
 
 
 def fragmentation(cpu_free_milli: np.ndarray, memory_free_mib: np.ndarray, gpu_free_milli: np.ndarray,
