@@ -101,6 +101,11 @@ class DeviceKind:
             if not _ENV_NAME.match(env) or not fields <= TEMPLATE_FIELDS:
                 raise DeviceKindError(f"device kind {self.name}: environment {env}={template!r} "
                                       f"(names [A-Za-z_][A-Za-z0-9_]*, fields {sorted(TEMPLATE_FIELDS)})")
+        names = [env for env, _ in self.environment]
+        if len(set(names)) < len(names):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise DeviceKindError(f"device kind {self.name}: environment sets {', '.join(twice)} more than once "
+                                  f"(the job gets each variable once)")
 
     @property
     def request_memory_attr(self) -> str:

@@ -7,11 +7,12 @@ One module per concern:
 - ``ads``: old-syntax ClassAd text (job and machine ads) in and out
 - ``config``: the node config (slots, devices, device kinds, sockets)
 - ``placement``: compute units of a device (disjoint hardware threads)
-- ``environment``: a job's Environment attribute
+- ``environment``: a job's Environment / Env, read as the starter reads it (each variable once)
 - ``state``: the agent's root-only state dir, atomic files, the agent's lock, logs
 - ``procs``: /proc: start times, a starter's descendants, signals
 - ``slots``: the slot view: the startd's own claims (what no job can write)
 - ``channel``: the hook-to-agent socket (the peer's credentials name the job)
+- ``hook_server``: the agent's main loop and socket server (no caller holds another)
 - ``memory_watch``: device memory probes and stopping a job over its allocation
 - ``resctrl``: LLC ways and memory bandwidth groups (Spread-n-Share)
 - ``runs``: run records of spread jobs (piggyback profiling) and their perf samples

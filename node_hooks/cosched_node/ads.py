@@ -32,7 +32,9 @@ class Expr:
 
 _INT_RE = re.compile(r"^[+-]?\d{1,40}$")
 _REAL_RE = re.compile(r"^[+-]?(\d{1,40}\.\d{0,40}|\.\d{1,40}|\d{1,40})([eE][+-]?\d{1,4})?$")
-_LINE_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*=\s*(.*?)\s*$")
+#: One ``Attr = value`` line, matched once stripped (a lazy value before trailing blanks would
+#: make a long line with inner blanks quadratic).
+_LINE_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*)\s*=\s*(.*)$")
 
 
 def _parse_string(text: str, attr: str) -> str:
@@ -97,7 +99,7 @@ def parse_classad(data: "bytes | str", what: str = "ad") -> Dict[str, Any]:
     for number, line in enumerate(data.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        match = _LINE_RE.match(line)
+        match = _LINE_RE.match(line.strip())
         if not match:
             raise AdError(f"{what}: line {number} is not 'Attr = value'")
         name, value = match.group(1), match.group(2)

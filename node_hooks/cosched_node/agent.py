@@ -6,7 +6,8 @@ no job can write: the startd's claims (``slots``: each dynamic slot's allocated 
 memory, compute, LLC ways and bandwidth, its job id and starter pid), /proc, and its own
 root-only state dir (``state``). It
 
-- answers the PREPARE_JOB hook on DIR/agent.sock (``channel``): the caller's parent must be
+- answers the PREPARE_JOB hook on DIR/agent.sock (``channel``; ``hook_server`` serves every
+  caller at once, none longer than a short total deadline): the caller's parent must be
   the starter of a claim; a device job is placed on compute units its live co-runners do
   not hold, or refused when their allocations plus its own exceed the device;
 - every interval, stops a device job whose measured memory exceeds its allocation
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import select
 import signal
 import sys
 import time
@@ -42,6 +42,7 @@ from cosched_node import (channel, cpusets, gpu_watch, jobs, memory_watch, place
 from cosched_node.config import NodeConfig, load_node_config, plain_absolute_path, state_dir_for
 from cosched_node.errors import (EXIT_BAD_AD, EXIT_BAD_CONFIG, EXIT_NO_STATE, EXIT_OK, EXIT_OVERSUBSCRIBED, ConfigError,
                                  StateError)
+from cosched_node.hook_server import serve
 from cosched_node.jobs import Running
 from cosched_node.perf import PerfSampler, make_perf
 from cosched_node.slots import Claim, SlotView
@@ -164,11 +165,12 @@ class Agent:
             return {"status": "refused", "code": exc.code, "message": str(exc)}
 
     def start(self, peer_pid: int, peer_uid: int) -> Dict[str, Any]:
-        table = procs.process_table(self.proc_root)
-        caller = table.get(peer_pid)
-        starter = self._starter(caller.ppid, table) if caller else None
+        caller = procs.read_proc(peer_pid, self.proc_root)   # two reads, no /proc scan, for a caller that is no hook
+        parent = procs.read_proc(caller.ppid, self.proc_root) if caller else None
+        starter = self._starter(parent.pid, {parent.pid: parent}) if parent else None
         if starter is None:
             raise Refused(EXIT_NO_STATE, "the caller is not a job's PREPARE_JOB hook (its parent is no starter)")
+        table = procs.process_table(self.proc_root)
         key = f"{starter.pid}:{starter.start}"
         for attempt in range(3):   # the startd may report a claim's starter a moment late
             self.reconcile(self.claims(), table, time.time())
@@ -638,45 +640,6 @@ class Agent:
                         "cpus": cpusets.format_cpu_list(r.cpus or ()), "cpuset": cpusets.format_cpu_list(plan[r.key]),
                         "mate": r.claim.mate if self.shared_kind(r) == "guest" else None, "cgroup": r.cgroup}
                        for r in holders]})
-
-
-def serve(agent: Agent, server, stopping: List[int], once: bool) -> None:
-    """The main loop: a tick every interval, the hook's questions in between."""
-    next_tick = 0.0
-    while not stopping:
-        if time.monotonic() >= next_tick:
-            try:
-                agent.tick()
-            except Exception as exc:  # survive one bad interval; the heartbeat goes stale
-                agent.log(f"interval failed: {exc.__class__.__name__}: {exc}")
-            if once:
-                return
-            next_tick = time.monotonic() + agent.interval_s
-        try:
-            ready, _, _ = select.select([server], [], [], max(0.0, min(0.5, next_tick - time.monotonic())))
-        except InterruptedError:
-            continue
-        if ready:
-            answer_one(agent, server)
-        elif agent.pending_cpusets():   # a job just started: set its cpuset without waiting an interval
-            try:
-                agent.sync_cpusets(procs.process_table(agent.proc_root))
-            except Exception as exc:
-                agent.log(f"cpuset sync failed: {exc.__class__.__name__}: {exc}")
-
-
-def answer_one(agent: Agent, server) -> None:
-    try:
-        conn, _ = server.accept()
-    except (BlockingIOError, InterruptedError):
-        return
-    with conn:
-        try:
-            peer_pid, peer_uid = channel.peer(conn)
-            channel.send_reply(conn, agent.answer(peer_pid, peer_uid))
-        except Exception as exc:  # one bad caller never stops the agent
-            agent.log(f"hook request failed: {exc.__class__.__name__}: {exc}")
-            channel.send_reply(conn, {"status": "refused", "code": EXIT_NO_STATE, "message": "node agent error"})
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:

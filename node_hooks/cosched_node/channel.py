@@ -4,7 +4,8 @@ Any local user may connect (the socket is 0666), but the caller says nothing: th
 reads the caller's pid from the kernel (``SO_PEERCRED``), requires its parent to be the
 starter of a claim the startd reports, and answers with that claim's placement. So a
 process can only ever learn the placement of the job it belongs to, and nothing it sends
-is read. Replies are one JSON object, at most ``MAX_REPLY_BYTES``.
+is read. Replies are one JSON object, at most ``MAX_REPLY_BYTES``; the agent serves callers
+with ``hook_server`` (each connection open a short time in total, none holding another).
 """
 
 from __future__ import annotations
@@ -20,12 +21,8 @@ from cosched_node.errors import StateError
 from cosched_node.state import SOCKET_NAME
 
 MAX_REPLY_BYTES = 1 << 16
-#: How long the hook waits for the agent (it serves one caller at a time).
+#: How long the hook waits for the agent (busy with an interval's work, it answers after it).
 HOOK_TIMEOUT_S = 30.0
-#: How long the agent tries to hand a reply to a caller that does not read it.
-SEND_TIMEOUT_S = 1.0
-#: How long the agent discards what a caller sent before it closes (it never reads it).
-DRAIN_TIMEOUT_S = 0.2
 
 
 def listen(state_dir: str) -> socket.socket:
@@ -50,19 +47,9 @@ def peer(conn: socket.socket) -> Tuple[int, int]:
     return pid, uid
 
 
-def send_reply(conn: socket.socket, reply: Dict[str, Any]) -> None:
-    """Send the reply, then discard (unread) whatever the caller sent: closing a socket with
-    unread input resets it, and the caller would lose the reply."""
-    conn.settimeout(SEND_TIMEOUT_S)
-    try:
-        conn.sendall(json.dumps(reply, sort_keys=True).encode("utf-8")[:MAX_REPLY_BYTES])
-        conn.shutdown(socket.SHUT_WR)
-        conn.settimeout(DRAIN_TIMEOUT_S)
-        for _ in range(16):
-            if not conn.recv(MAX_REPLY_BYTES):
-                break
-    except OSError:
-        pass
+def encode_reply(reply: Dict[str, Any]) -> bytes:
+    """The reply as the caller reads it: one JSON object, cut to ``MAX_REPLY_BYTES``."""
+    return json.dumps(reply, sort_keys=True).encode("utf-8")[:MAX_REPLY_BYTES]
 
 
 def ask(state_dir: str, timeout_s: float = HOOK_TIMEOUT_S) -> Dict[str, Any]:

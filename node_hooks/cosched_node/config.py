@@ -112,6 +112,8 @@ def parse_device_kind(raw: Any, where: str) -> DeviceKindConfig:
                 and "{" not in re.sub(r"{\w*}", "", entry[1]) and "}" not in re.sub(r"{\w*}", "", entry[1])):
             raise ConfigError(f"{where}: device_kind environment entry {entry!r} is not [NAME, template] "
                               f"with fields from {sorted(TEMPLATE_FIELDS)}")
+        if any(entry[0] == name for name, _ in pairs):   # the hook sets each variable once
+            raise ConfigError(f"{where}: device_kind environment sets {entry[0]} twice")
         pairs.append((entry[0], entry[1]))
     discovery = raw.get("discovery", "inventory")
     if not isinstance(discovery, str) or not KIND_NAME_RE.match(discovery):

@@ -35,7 +35,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 MAX_CPU = 16383
 MAX_LIST_CHARS = 65536
@@ -66,13 +66,19 @@ def parse_cpu_list(text: str) -> Cpus:
         return frozenset()
     if not CPU_LIST_RE.match(text):
         raise CpusetError(f"{text[:40]!r} is not a cpu list")
-    cpus = set()
+    ranges = []
     for part in text.split(","):
         low, _, high = part.partition("-")
         first, last = int(low), int(high or low)
         if first > last or last > MAX_CPU:
             raise CpusetError(f"cpu range {part!r} is reversed or beyond cpu {MAX_CPU}")
-        cpus.update(range(first, last + 1))
+        ranges.append((first, last))
+    cpus: Set[int] = set()
+    covered = -1          # each CPU added once, however often overlapping ranges repeat it
+    for first, last in sorted(ranges):
+        if last > covered:
+            cpus.update(range(max(first, covered + 1), last + 1))
+            covered = last
     return frozenset(cpus)
 
 

@@ -7,7 +7,8 @@ validates the job ad (the same ``rules`` as the planner), then asks the root nod
 over its socket (``channel``) where the job runs: the agent answers from the startd's claim
 of this hook's starter, never from anything the job wrote, and places a device job on
 compute units no live co-runner holds, or refuses it when the device is full. The hook then
-prints an ``Environment`` line (the job's own variables kept) from the device kind's
+prints an ``Environment`` line (the job's own variables kept, every variable once: a copy
+the job wrote of one the hook sets is dropped, ``environment``) from the device kind's
 templates (Xeon Phi: OMP_NUM_THREADS / MIC_OMP_NUM_THREADS and
 ``MIC_KMP_AFFINITY=granularity=fine,explicit,proclist=[...]``), and ``CoSchedDevice*``.
 Spread jobs (``CoSchedProgram``, no device memory) get OMP_NUM_THREADS = RequestCpus; a

@@ -167,7 +167,7 @@ class ResctrlManager:
 
     # -- file helpers
     def _read(self, rel: str) -> str:
-        with open(os.path.join(self.root, rel)) as f:
+        with open(os.path.join(self.root, rel), encoding="ascii", errors="replace") as f:   # a kernel file: ASCII
             return f.read(4096)
 
     def _read_int(self, rel: str, default: int) -> int:

@@ -47,6 +47,8 @@ def test_a_kind_with_a_clashing_or_bad_record_is_refused(dummy):
         register_device_kind(DeviceKind("other", "DummyMemory", "OtherUnits", "OtherName", "units"))
     with pytest.raises(DeviceKindError, match="fields"):
         DeviceKind("bad", "BadMemory", "BadUnits", "BadName", "units", environment=(("X", "{secret}"),))
+    with pytest.raises(DeviceKindError, match="sets X more than once"):
+        DeviceKind("bad", "BadMemory", "BadUnits", "BadName", "units", environment=(("X", "1"), ("X", "{compute}")))
 
 
 def test_classads_read_a_dummy_slot_and_job_by_their_record(dummy):

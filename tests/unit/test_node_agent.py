@@ -8,18 +8,24 @@ its root-only state dir.
 - its records survive a restart: live starters keep their placements, dead ones are dropped;
 - a device job whose probe reads more than its CLAIM's allocation is stopped, and only the
   processes of that job;
-- ``slots.parse_claims`` keeps the claimed dynamic slots and names every ad it skips.
+- ``slots.parse_claims`` keeps the claimed dynamic slots and names every ad it skips;
+- on its world-writable socket, callers that trickle bytes, send too much or never read
+  delay no other caller, and each connection is closed within one total deadline.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import stat
+import threading
+import time
 from pathlib import Path
 
 import pytest
-from cosched_node import config, errors, jobs, memory_watch, slots, state
+from cosched_node import agent, channel, config, errors, hook_server, jobs, memory_watch, slots, state
 from test_node_harness import (JOB_UID, OTHER_UID, FakeView, Starters, device_ad, fake_condor_status, make_agent,
                                needs_root, slot_ad, spread_ad, wait_for, write_config)
 
@@ -381,3 +387,132 @@ def test_records_of_the_view_round_trip_through_jobs_json(node: Node):
     records, problems = jobs.load(str(node.state))
     assert problems == [] and [r.to_json() for r in records.values()] == \
         [r.to_json() for r in node.agent.records.values()]
+
+
+# --------------------------------------------------------------------------------------- the socket
+
+@pytest.fixture
+def serving(tmp_path: Path):
+    """The agent's main loop (``agent.serve``) on a real socket in a thread; the socket's path."""
+    _, node_config = write_config(tmp_path, NODE)
+    the_agent = make_agent(node_config, tmp_path / "state", FakeView(node_config), [])
+    listener = channel.listen(str(tmp_path / "state"))
+    stopping: list[int] = []
+    thread = threading.Thread(target=agent.serve, args=(the_agent, listener, stopping, False), daemon=True)
+    thread.start()
+    yield str(tmp_path / "state" / state.SOCKET_NAME)
+    stopping.append(signal.SIGTERM)
+    thread.join(timeout=10)
+    listener.close()
+    assert not thread.is_alive()
+
+
+def accepted_client(path: str) -> socket.socket:
+    """A caller that sent one byte and holds the first byte of its reply: the agent accepted it."""
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.settimeout(10)
+    client.connect(path)
+    client.send(b"{")
+    assert client.recv(1) == b"{"
+    return client
+
+
+#: A slow caller's pace: each byte comes before a per-read timeout of the old agent ran out.
+TRICKLE_GAP_S = 0.1
+
+
+class Trickler(threading.Thread):
+    """A caller that connects, then sends one byte every TRICKLE_GAP_S and never reads, until
+    the agent closes its connection (``open_s``: how long it stayed open, from its connect)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(daemon=True)
+        self.client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.client.connect(path)        # queued, answered or not: the agent sees it either way
+        self.began = time.monotonic()
+        self.open_s: float | None = None
+
+    def run(self) -> None:
+        with self.client:
+            while time.monotonic() - self.began < 60:
+                try:
+                    self.client.send(b"x")
+                except OSError:
+                    self.open_s = time.monotonic() - self.began
+                    return
+                time.sleep(TRICKLE_GAP_S)
+
+
+def test_callers_trickling_bytes_delay_no_other_caller_and_are_cut_off_at_one_total_deadline(serving: str):
+    slow = [Trickler(serving) for _ in range(16)]
+    for trickler in slow:
+        trickler.start()
+    began = time.monotonic()
+    reply = channel.ask(str(Path(serving).parent), timeout_s=60)
+    latency = time.monotonic() - began
+    assert reply == REFUSED_NOT_A_HOOK          # answered (this test process is no hook)
+    # connected after 16 slow callers, yet served before any of their deadlines could pass
+    assert latency < hook_server.CONNECTION_DEADLINE_S, latency
+    for trickler in slow:
+        trickler.join(timeout=60)
+    # every trickled byte is read, yet no connection outlives its one total deadline (plus a round)
+    open_s = [t.open_s for t in slow]
+    assert None not in open_s and max(open_s) < hook_server.CONNECTION_DEADLINE_S + hook_server.POLL_S + 0.5, open_s
+
+
+class StubServer:
+    """A ``HookServer`` answering every caller with its pid, polled in a thread."""
+
+    def __init__(self, path: Path, **kwargs: object) -> None:
+        self.listener = channel.listen(str(path))
+        self.server = hook_server.HookServer(self.listener, lambda pid, uid: {"status": "ok", "pid": pid},
+                                             lambda message: None, **kwargs)
+        self.peak = 0
+        self.stopping = False
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+        self.path = str(path / state.SOCKET_NAME)
+
+    def loop(self) -> None:
+        while not self.stopping:
+            self.server.poll(0.05)
+            self.peak = max(self.peak, len(self.server.open))
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.thread.join(timeout=10)
+        self.server.close_all()
+        self.listener.close()
+
+
+def rest_of_reply(client: socket.socket) -> dict:
+    """The reply of an ``accepted_client``, whose first byte it read already."""
+    data = b"{"
+    while chunk := client.recv(4096):
+        data += chunk
+    return json.loads(data)
+
+
+def test_more_callers_than_connections_all_get_their_reply_and_the_oldest_give_way(tmp_path: Path):
+    stub = StubServer(tmp_path, max_connections=4)
+    try:
+        clients = [accepted_client(stub.path) for _ in range(10)]    # none reads on nor closes
+        for client in clients:
+            assert rest_of_reply(client)["pid"] == os.getpid()
+    finally:
+        stub.stop()
+    assert stub.peak <= 4
+
+
+def test_a_caller_sending_more_than_a_request_may_hold_gets_its_reply_then_is_cut_off(tmp_path: Path):
+    stub = StubServer(tmp_path, deadline_s=30.0)
+    client = accepted_client(stub.path)
+    sent = 0
+    try:
+        with pytest.raises(OSError):            # the agent closes on the byte past the bound
+            while sent <= 4 * hook_server.MAX_REQUEST_BYTES:
+                sent += client.send(b"x" * 4096)
+    finally:
+        client.close()
+        stub.stop()
+    assert hook_server.MAX_REQUEST_BYTES < sent <= 4 * hook_server.MAX_REQUEST_BYTES
