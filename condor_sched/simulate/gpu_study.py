@@ -63,7 +63,10 @@ def simulate_openb(workload: str, inventory: str | None, protocol: str, policy: 
                             "tasks": len(tasks), "nodes": len(fleet), "gpus": int(fleet.gpu_count.sum())}
     if protocol == "inflation":
         head["batch"] = batch
-        runs = [{"seed": s, **run_inflation(fleet, tasks, planner, s, batch=batch).to_json()} for s in seeds]
+        try:
+            runs = [{"seed": s, **run_inflation(fleet, tasks, planner, s, batch=batch).to_json()} for s in seeds]
+        except OpenbError as e:  # a whole list the protocol refuses: name both files
+            raise OpenbError(f"{workload} on {inventory}: {e}") from None
         if len(runs) == 1:
             return {**head, **runs[0]}
         median = statistics.median(r["unallocated_gpu_pct_at_100"] for r in runs)

@@ -23,6 +23,14 @@ The protocol follows the paper's simulator (hkust-adsl/kubernetes-scheduler-simu
   100 (median over seeds in ``experiments/plot/plot_openb_alloc.py``). In a batch, the row of
   a task counts the batch's placements up to that task (the policy commits in order).
 
+Hostile input ends by rule: every number of a node or task list has a range (``MAX_*``
+below; the real lists are far inside), as do a file's bytes, lines and rows, and each refusal
+(:class:`OpenbError`) names the file, the line, the column and the range. The clones stop
+only on a GPU request, so a list whose tasks request no GPU, or so little that the clones
+would pass ``MAX_INFLATED_TASKS`` tasks, is refused before any clone is drawn; so are a
+fleet without a GPU and a run whose arrived requests never reach 100% of the capacity (the
+figure is read there), rather than reported as NaN.
+
 GPU memory: the trace gives none; a task's is its compute share of its GPU's memory
 (``gpu_memory_mb=None`` on :class:`GpuTask`), so with the table below, in whole thousands of
 MB, memory never binds before compute; it only matters for memory-specific tests.
@@ -31,7 +39,9 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Sequence
+import re
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +49,8 @@ import numpy as np
 
 from condor_sched.policies.gpu_fleet import WHOLE_GPU_MILLI, GpuFleet, GpuTask
 from condor_sched.policies.gpu_policies import GpuPlanContext, GpuPolicy, typical_tasks
+from condor_sched.simulate.text_lines import LineRefused, bounded_lines
+from condor_sched.yamlio import shown
 
 #: GPU memory (MB) of each model of the trace: vendor figures (T4 16 GB, P100 16 GB, V100
 #: 16/32 GB, A10 24 GB). G1-G3 are undisclosed models; 32000 MB is our choice (a V100M32-class
@@ -58,6 +70,26 @@ NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 TASK_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 TIME_COLUMNS = ("creation_time", "deletion_time", "scheduled_time")
 
+#: Bounds on what an openb file may hold, so that no file can exhaust memory, overflow the
+#: fleet's int64 arrays or make the inflation run for ever. The real lists are far inside
+#: (1213 nodes of at most 8 GPUs, 128000 milli-CPUs and 1048576 MiB; at most 8324 tasks of
+#: at most 120200 milli-CPUs, 737280 MiB and 8 GPUs; times below 1.3e7 s; lines under 100
+#: bytes).
+MAX_OPENB_BYTES = 64 * 2**20
+MAX_OPENB_LINE_BYTES = 4096
+MAX_OPENB_ROWS = 100_000
+MAX_NAME_CHARS = 253
+#: A node's or a task's CPU (10,000 cores), host memory (1 PiB) and GPUs.
+MAX_CPU_MILLI = 10**7
+MAX_MEMORY_MIB = 2**30
+MAX_GPUS = 64
+#: The latest creation, scheduled or deletion time (about 317 years).
+MAX_TIME_S = 10**10
+#: The most tasks the inflation protocol may hold once its clones are appended (the real
+#: lists reach about 11,000).
+MAX_INFLATED_TASKS = 200_000
+_INTEGER = re.compile(r"[-+]?[0-9]{1,20}")
+
 
 class OpenbError(ValueError):
     """A bad openb file; the message names the file, line and column."""
@@ -73,85 +105,120 @@ class OpenbTask:
     deletion_s: int | None = None
 
 
-def _rows(path: Path, required: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
+def _lines(path: Path) -> Iterator[str]:
+    """The file's lines as text, read as they are consumed, within the byte bounds; a leading
+    UTF-8 byte order mark is dropped. A line that is too long or not UTF-8 raises
+    :class:`OpenbError` naming the file and the line."""
     try:
-        with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            header = reader.fieldnames or []
-            for column in required:
-                if column not in header:
-                    raise OpenbError(f"{path}: line 1: column {column!r} missing (header: {','.join(header)})")
-            rows = []
-            for row in reader:
-                if None in row or any(row.get(c) is None for c in header):
-                    raise OpenbError(f"{path}: line {reader.line_num}: {len(header)} columns expected")
-                rows.append((reader.line_num, row))
-            return rows
+        for number, text in bounded_lines(path, MAX_OPENB_LINE_BYTES, MAX_OPENB_BYTES):
+            yield text.removeprefix("\ufeff") if number == 1 else text
+    except LineRefused as e:
+        raise OpenbError(f"{path}: {e}") from None
+
+
+def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line number, row by column) of each non-blank row after the header, at most
+    ``MAX_OPENB_ROWS``; a row of another width than the header raises :class:`OpenbError`."""
+    try:
+        reader = csv.reader(_lines(path))
+        header = [c.strip() for c in next(reader, [])]
+        for column in required:
+            if column not in header:
+                raise OpenbError(f"{path}: line 1: column {column!r} missing (header: {shown(','.join(header))})")
+        twice = [c for c, n in Counter(header).items() if n > 1]
+        if twice:
+            raise OpenbError(f"{path}: line 1: column {shown(twice[0])} appears more than once")
+        count = 0
+        for values in reader:
+            if len(values) <= 1 and not "".join(values).strip():
+                continue  # a blank line
+            count += 1
+            if count > MAX_OPENB_ROWS:
+                raise OpenbError(f"{path}: line {reader.line_num}: more than {MAX_OPENB_ROWS} rows")
+            if len(values) != len(header):
+                raise OpenbError(f"{path}: line {reader.line_num}: {len(values)} columns, the header has "
+                                 f"{len(header)}")
+            yield reader.line_num, dict(zip(header, values))
+        if count == 0:
+            raise OpenbError(f"{path}: line 1: no rows after the header")
+    except csv.Error as err:
+        raise OpenbError(f"{path}: line {reader.line_num}: not CSV: {err}") from None
     except OSError as err:
-        raise OpenbError(f"{path}: {err.strerror}") from err
+        raise OpenbError(f"{path}: cannot read: {err.strerror}") from None
 
 
-def _int(path: Path, line: int, row: dict[str, str], column: str, low: int = 0, high: int | None = None,
-         optional: bool = False) -> int | None:
-    text = (row.get(column) or "").strip()
+def _int(path: Path, line: int, row: dict[str, str], column: str, high: int, optional: bool = False) -> int | None:
+    """The column's value, an integer in 0..``high`` (None for an empty optional one)."""
+    text = row[column].strip()
     if optional and text == "":
         return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise OpenbError(f"{path}: line {line}: column {column}: {text!r} is not an integer") from None
-    if value < low or (high is not None and value > high):
-        bound = f"{low}..{high}" if high is not None else f">= {low}"
-        raise OpenbError(f"{path}: line {line}: column {column}: {value} not in {bound}")
+    value = int(text) if _INTEGER.fullmatch(text) else None
+    if value is None or not 0 <= value <= high:
+        raise OpenbError(f"{path}: line {line}: column {column}: {shown(text)} is not an integer in 0..{high}")
     return value
+
+
+def _name(path: Path, line: int, row: dict[str, str], column: str) -> str:
+    name = row[column].strip()
+    if not 1 <= len(name) <= MAX_NAME_CHARS:
+        raise OpenbError(f"{path}: line {line}: column {column}: {shown(name)} must be 1 to {MAX_NAME_CHARS} "
+                         "characters")
+    return name
 
 
 def read_openb_nodes(path: str | Path) -> GpuFleet:
     """The node list (``sn,cpu_milli,memory_mib,gpu,model``) as a fleet, one GPU slot per
-    ``gpu``, each with its model's memory from :data:`MODEL_GPU_MEMORY_MB`."""
+    ``gpu``, each with its model's memory from :data:`MODEL_GPU_MEMORY_MB`. Every number is
+    bounded (``MAX_*`` above); a list without any GPU is refused, as both protocols measure
+    GPU allocation."""
     path = Path(path)
     names, models, cpus, mems, gpu_mems = [], [], [], [], []
+    line = 1
     for line, row in _rows(path, NODE_COLUMNS):
         model = row["model"].strip()
-        gpus = _int(path, line, row, "gpu")
+        gpus = _int(path, line, row, "gpu", MAX_GPUS)
         if gpus and model not in MODEL_GPU_MEMORY_MB:
-            raise OpenbError(f"{path}: line {line}: column model: unknown GPU model {model!r} "
+            raise OpenbError(f"{path}: line {line}: column model: unknown GPU model {shown(model)} "
                              f"(known: {', '.join(sorted(MODEL_GPU_MEMORY_MB))})")
-        names.append(row["sn"].strip())
-        models.append(model)
-        cpus.append(_int(path, line, row, "cpu_milli"))
-        mems.append(_int(path, line, row, "memory_mib"))
+        names.append(_name(path, line, row, "sn"))
+        models.append(model[:MAX_NAME_CHARS])
+        cpus.append(_int(path, line, row, "cpu_milli", MAX_CPU_MILLI))
+        mems.append(_int(path, line, row, "memory_mib", MAX_MEMORY_MIB))
         gpu_mems.append([MODEL_GPU_MEMORY_MB.get(model, 0)] * (gpus or 0))
     if len(set(names)) != len(names):
         raise OpenbError(f"{path}: duplicate node names in column sn")
+    if not any(gpu_mems):
+        raise OpenbError(f"{path}: line {line}: column gpu: no node has a GPU (the openb protocols measure GPU "
+                         f"allocation; gpu must be 1..{MAX_GPUS} on some node)")
     return GpuFleet(names, models, cpus, mems, gpu_mems)
 
 
 def read_openb_tasks(path: str | Path) -> list[OpenbTask]:
-    """A pod list as tasks: ``num_gpu`` GPUs of ``gpu_milli`` each (1..1000; below 1000 only
-    for one GPU), ``gpu_spec`` the accepted models (``|``-separated, empty = any; each must be
-    a model of :data:`MODEL_GPU_MEMORY_MB`). The multigpu lists have the first five columns
-    only: no models, no times."""
+    """A pod list as tasks: ``num_gpu`` GPUs (0..``MAX_GPUS``) of ``gpu_milli`` each (1..1000;
+    below 1000 only for one GPU), ``gpu_spec`` the accepted models (``|``-separated, empty =
+    any; each must be a model of :data:`MODEL_GPU_MEMORY_MB`). The multigpu lists have the
+    first five columns only: no models, no times. Every number is bounded (``MAX_*`` above)."""
     path = Path(path)
     tasks = []
     for line, row in _rows(path, TASK_COLUMNS):
-        gpus = _int(path, line, row, "num_gpu")
-        milli = _int(path, line, row, "gpu_milli", high=WHOLE_GPU_MILLI)
+        gpus = _int(path, line, row, "num_gpu", MAX_GPUS)
+        milli = _int(path, line, row, "gpu_milli", WHOLE_GPU_MILLI)
         if gpus == 0 and milli:
             raise OpenbError(f"{path}: line {line}: column gpu_milli: {milli} without a GPU (num_gpu 0)")
         if gpus and not milli:
-            raise OpenbError(f"{path}: line {line}: column gpu_milli: 0 for {gpus} GPUs")
+            raise OpenbError(f"{path}: line {line}: column gpu_milli: 0 for {gpus} GPUs (must be 1..1000)")
         if gpus and gpus > 1 and milli != WHOLE_GPU_MILLI:
             raise OpenbError(f"{path}: line {line}: column gpu_milli: {milli} on {gpus} GPUs (must be 1000)")
         spec = (row.get("gpu_spec") or "").strip()
         models = frozenset(m for m in spec.split("|") if m) or None
         for model in models or ():
             if model not in MODEL_GPU_MEMORY_MB:
-                raise OpenbError(f"{path}: line {line}: column gpu_spec: unknown GPU model {model!r}")
-        task = GpuTask(name=row["name"].strip(), cpu_milli=_int(path, line, row, "cpu_milli"),
-                       memory_mib=_int(path, line, row, "memory_mib"), gpus=gpus, gpu_milli=milli,
+                raise OpenbError(f"{path}: line {line}: column gpu_spec: unknown GPU model {shown(model)} "
+                                 f"(known: {', '.join(sorted(MODEL_GPU_MEMORY_MB))})")
+        task = GpuTask(name=_name(path, line, row, "name"), cpu_milli=_int(path, line, row, "cpu_milli", MAX_CPU_MILLI),
+                       memory_mib=_int(path, line, row, "memory_mib", MAX_MEMORY_MIB), gpus=gpus, gpu_milli=milli,
                        models=models if gpus else None)
-        times = {c: _int(path, line, row, c, optional=True) if c in row else None for c in TIME_COLUMNS}
+        times = {c: _int(path, line, row, c, MAX_TIME_S, optional=True) if c in row else None for c in TIME_COLUMNS}
         tasks.append(OpenbTask(task, creation_s=times["creation_time"], scheduled_s=times["scheduled_time"],
                                deletion_s=times["deletion_time"]))
     return tasks
@@ -184,7 +251,17 @@ class InflationResult:
 def inflate(tasks: Sequence[GpuTask], capacity_gpu_milli: int, rng: np.random.Generator,
             inflation_pct: float = 130) -> list[GpuTask]:
     """The tasks shuffled (by name first), then clones drawn with replacement appended up to
-    ``inflation_pct`` of the capacity (``tuneUpPods``; module docstring)."""
+    ``inflation_pct`` of the capacity (``tuneUpPods``; module docstring).
+
+    The clones stop only on a GPU request, so a list whose mean GPU request per task is zero
+    (CPU-only tasks) would clone for ever, and a tiny one for millions of tasks: a list whose
+    expected inflated length passes ``MAX_INFLATED_TASKS`` is refused (:class:`OpenbError`)
+    before any clone is drawn, and the loop stops there in any case."""
+    if not tasks:
+        raise OpenbError("no tasks to inflate")
+    if capacity_gpu_milli <= 0:
+        raise OpenbError(f"the fleet has no GPU (capacity {capacity_gpu_milli} GPU-milli): the inflation protocol "
+                         "fills GPU capacity")
     ordered = sorted(tasks, key=lambda t: t.name)
     shuffled = [ordered[i] for i in rng.permutation(len(ordered))]
     limit = inflation_pct / 100 * capacity_gpu_milli
@@ -196,14 +273,31 @@ def inflate(tasks: Sequence[GpuTask], capacity_gpu_milli: int, rng: np.random.Ge
             gone = out.pop(int(rng.integers(len(out))))
             requested -= gone.gpu_milli_total
         return out
+    _check_inflation_length(tasks, requested, limit, inflation_pct)
     clone = 0
-    while True:
+    while len(out) < MAX_INFLATED_TASKS:
         source = tasks[int(rng.integers(len(tasks)))]
         if requested + (source.gpu_milli if source.gpus else 0) > limit:
             return out
         requested += source.gpu_milli_total
         out.append(_renamed(source, f"{source.name}-tuned-{clone}"))
         clone += 1
+    raise OpenbError(f"inflating the task list to {inflation_pct:g}% of the GPU capacity passed "
+                     f"{MAX_INFLATED_TASKS} tasks (the most the protocol runs)")
+
+
+def _check_inflation_length(tasks: Sequence[GpuTask], requested: int, limit: float, inflation_pct: float) -> None:
+    """Refuse a list whose clones (each adding the list's mean GPU request) would take more
+    than ``MAX_INFLATED_TASKS`` tasks to reach ``limit``, or never reach it."""
+    mean = requested / len(tasks)
+    if mean == 0:
+        raise OpenbError(f"no task of the list requests a GPU (num_gpu 0 on all {len(tasks)}): clones can never "
+                         f"bring the requests to {inflation_pct:g}% of the GPU capacity")
+    expected = len(tasks) + (limit - requested) / mean
+    if expected > MAX_INFLATED_TASKS:
+        raise OpenbError(f"the tasks request {mean:.1f} GPU-milli each on average: inflating them to "
+                         f"{inflation_pct:g}% of the GPU capacity ({limit:.0f} GPU-milli) would take about "
+                         f"{expected:.0f} tasks, more than {MAX_INFLATED_TASKS} (the most the protocol runs)")
 
 
 def _renamed(task: GpuTask, name: str) -> GpuTask:
@@ -267,7 +361,11 @@ def run_inflation(fleet: GpuFleet, tasks: Sequence[OpenbTask | GpuTask], policy:
     arrived = np.concatenate([[0], np.cumsum(requests)])
     allocated = np.concatenate([[0], np.cumsum(placed_milli)])
     curve = allocation_curve(arrived, allocated, capacity, top_pct=int(math.ceil(inflation_pct)))
-    at_100 = next((u for p, u in curve if p == 100), float("nan"))
+    at_100 = next((u for p, u in curve if p == 100), None)
+    if at_100 is None:  # the figure is read at 100%: a fleet too small for the tasks never gets there
+        raise OpenbError(f"the arrived GPU requests reach only {arrived[-1] / capacity * 100:.1f}% of the fleet's "
+                         f"{capacity} GPU-milli, never the 100% the protocol reads its figure at (a fleet too "
+                         "small for the tasks, or tasks too large for it)")
     reached = np.flatnonzero(arrived[1:] >= capacity)
     first = int(reached[0]) if reached.size else len(arrivals) - 1
     if fleet.allocated_gpu_milli() != int(placed_milli.sum()):

@@ -27,7 +27,8 @@ Bounds (named constants below): a workload holds at most ``MAX_WORKLOAD_JOBS`` j
 ``arrival_s`` at most ``MAX_RUNTIME_S`` (a year) and ``MAX_ARRIVAL_S`` (ten), ``offloads``
 at most ``MAX_OFFLOADS``. A key not listed above is an error naming it. SWF files are at
 most ``MAX_SWF_BYTES``, their lines ``MAX_SWF_LINE_BYTES``, and hold the same run time
-and arrival bounds.
+and arrival bounds; every SWF field is a number from -1 (missing) to its bound in
+``SWF_BOUNDS``.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ from condor_sched.device_kinds import DEFAULT_KIND
 from condor_sched.model import Job, JobKey, JobStatus, Resources, Skipped
 from condor_sched.profiles import ProfileStore, default_profiles_dir
 from condor_sched.simulate import offload
+from condor_sched.simulate.text_lines import LineRefused, bounded_lines
 from condor_sched.yamlio import check_keys, checked_number, load_yaml, shown
 
 #: The schedd name of every simulated job (JobKey.schedd).
@@ -250,6 +252,23 @@ SWF_FIELDS = ("job_number", "submit_time", "wait_time", "run_time", "allocated_p
               "average_cpu_time", "used_memory_kb", "requested_processors", "requested_time",
               "requested_memory_kb", "status", "user", "group", "executable", "queue",
               "partition", "preceding_job", "think_time")
+#: The largest value of each SWF field (-1, the format's "missing", is the smallest): times
+#: in seconds (about 317 years), processors, memory in KB (1 PiB), status (the format's
+#: codes 0-5) and numbers that identify (job, user, group, queue...). The RICC log is far
+#: inside (times below 1.3e7 s, 576 processors, 3e6 KB).
+MAX_SWF_SECONDS = 10**10
+MAX_SWF_PROCESSORS = 10**8
+MAX_SWF_MEMORY_KB = 2**40
+MAX_SWF_STATUS = 5
+MAX_SWF_ID = 10**12
+SWF_BOUNDS = {
+    "job_number": MAX_SWF_ID, "submit_time": MAX_SWF_SECONDS, "wait_time": MAX_SWF_SECONDS,
+    "run_time": MAX_SWF_SECONDS, "allocated_processors": MAX_SWF_PROCESSORS, "average_cpu_time": MAX_SWF_SECONDS,
+    "used_memory_kb": MAX_SWF_MEMORY_KB, "requested_processors": MAX_SWF_PROCESSORS,
+    "requested_time": MAX_SWF_SECONDS, "requested_memory_kb": MAX_SWF_MEMORY_KB, "status": MAX_SWF_STATUS,
+    "user": MAX_SWF_ID, "group": MAX_SWF_ID, "executable": MAX_SWF_ID, "queue": MAX_SWF_ID, "partition": MAX_SWF_ID,
+    "preceding_job": MAX_SWF_ID, "think_time": MAX_SWF_SECONDS,
+}
 
 
 def swf_request(processors: float, memory_kb: float) -> tuple[int, int]:
@@ -272,19 +291,10 @@ def swf_request(processors: float, memory_kb: float) -> tuple[int, int]:
 def _swf_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text) of each line of an SWF file, read as it is consumed; a line that is
     longer than ``MAX_SWF_LINE_BYTES`` or not UTF-8 raises :class:`WorkloadError`."""
-    read = 0
     try:
-        with path.open("rb") as f:
-            for lineno, raw in enumerate(iter(lambda: f.readline(MAX_SWF_LINE_BYTES + 1), b""), 1):
-                read += len(raw)
-                if len(raw) > MAX_SWF_LINE_BYTES:
-                    raise WorkloadError(f"{path}:{lineno}: line longer than {MAX_SWF_LINE_BYTES} bytes")
-                if read > MAX_SWF_BYTES:
-                    raise WorkloadError(f"{path}:{lineno}: file larger than {MAX_SWF_BYTES} bytes")
-                try:
-                    yield lineno, raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise WorkloadError(f"{path}:{lineno}: not UTF-8 text (byte {e.start} of the line)") from None
+        yield from bounded_lines(path, MAX_SWF_LINE_BYTES, MAX_SWF_BYTES)
+    except LineRefused as e:
+        raise WorkloadError(f"{path}:{e.line}: {e.problem}") from None
     except OSError as e:
         raise WorkloadError(f"{path}: cannot read: {e.strerror}") from None
 
@@ -303,13 +313,14 @@ def swf_jobs(path: Path, skipped: list[Skipped]) -> Iterator[tuple[str, dict[str
         if len(parts) != len(SWF_FIELDS):
             raise WorkloadError(f"{path}:{lineno}: expected {len(SWF_FIELDS)} fields, got {len(parts)}")
         values: dict[str, float] = {}
-        for name, raw in zip(SWF_FIELDS, parts):
+        for number, (name, raw) in enumerate(zip(SWF_FIELDS, parts), 1):
             try:
                 value = float(raw)
             except ValueError:
-                raise WorkloadError(f"{path}:{lineno}: field '{name}' is not a number: {shown(raw)}") from None
-            if not math.isfinite(value):
-                raise WorkloadError(f"{path}:{lineno}: field '{name}' is not finite: {shown(raw)}")
+                value = math.nan
+            if not -1 <= value <= SWF_BOUNDS[name]:  # also NaN and infinities
+                raise WorkloadError(f"{path}:{lineno}: field '{name}' is not a number in -1..{SWF_BOUNDS[name]} "
+                                    f"(field {number}): {shown(raw)}")
             values[name] = value
         what = f"{path}:{lineno} (job {parts[0]})"
         runtime = values["run_time"] if values["run_time"] > 0 else values["requested_time"]

@@ -126,3 +126,17 @@ def test_store_skips_bad_files_and_duplicates_with_reasons(tmp_path: Path):
     assert set(reasons) == {"b_mg_again.yaml", "c_bad.yaml"}
     assert "already defined" in reasons["b_mg_again.yaml"]
     assert "'runtime_s'" in reasons["c_bad.yaml"]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (("  2: 236.0", "  1: 236.0"), r"bfs\.yaml: line \d+, column 3: duplicate key 1 \(first on line \d+\)"),  # was: last won
+    (("  1: 200.0", "  1: 3:20"), r"'3:20'"),                                     # YAML 1.1: 200 seconds
+    (("max_scale: 8", "max_scale: 010"), r"'010'"),                               # YAML 1.1: 8 (octal)
+])
+def test_a_profile_with_a_repeated_key_or_a_yaml_1_1_number_is_refused(tmp_path: Path, edit, message):
+    path = tmp_path / "bfs.yaml"
+    path.write_text((default_profiles_dir() / "bfs.yaml").read_text().replace(*edit))
+    with pytest.raises(ProfileError, match=message):
+        load_profile(path)
+    store = ProfileStore.load_dir(tmp_path)
+    assert len(store) == 0 and len(store.skipped) == 1
