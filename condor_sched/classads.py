@@ -3,10 +3,13 @@
 Bad input rule: a file that breaks a bound (``MAX_SNAPSHOT_BYTES``, ``MAX_ADS``,
 ``MAX_VALUE_DEPTH``, ``MAX_EXPRESSION_CHARS``) or does not parse raises
 :class:`SnapshotError` naming the file and the place (line, item, attribute); one job or
-slot with a missing or malformed attribute, or a request the execute node would refuse
-(:func:`request_problem`), is skipped with a :class:`Skipped` record naming it and the
-attribute, and the rest is used under the rules of ``consistency`` (one ad per slot Name
-and job id, free amounts within the totals).
+slot with a missing or malformed attribute, a request the execute node would refuse
+(:func:`request_problem`), expressions that would cost more to walk or evaluate than the
+bound of ``expression_cost`` (checked before classad2 touches them: ``_check_cost``) or a
+value no ClassAd text carries (a NUL: ``_carried``), is skipped with a :class:`Skipped`
+record naming it and the attribute, and the rest is used under the rules of
+``consistency`` (one ad per slot Name and job id, free amounts within the totals, one slot
+per GPU uuid).
 
 Reading is fast (issue 11): snapshot files are streamed ad by ad (:func:`state_from_snapshot`)
 and live ads read through their JSON (:func:`state_from_ads`), both as :class:`_PlainAd` views
@@ -16,6 +19,7 @@ needed, and matchmaking is evaluated once per class of equal slots (:class:`_Slo
 from __future__ import annotations
 
 import codecs
+import contextvars
 import itertools
 import functools
 import json
@@ -39,6 +43,7 @@ classad2.parseOne("CoSchedClassAdSemantics = true")
 
 from condor_sched.consistency import consistent_state, distinct_slots
 from condor_sched.device_kinds import GPU, DeviceKind, device_kinds
+from condor_sched.expression_cost import expression_cost_problem, names_read
 from condor_sched.gc_pause import gc_paused
 from condor_sched.model import (
     MAX_GPU_COMPUTE_OVERCOMMIT,
@@ -65,6 +70,7 @@ from condor_sched.model import (
     Skipped,
     Slot,
     SlotKind,
+    duration_s,
 )
 
 DEFAULT_SLOWDOWN_THRESHOLD = 0.9
@@ -128,6 +134,8 @@ def _eval(ad: classad2.ClassAd | _PlainAd, attr: str) -> Any:
         return ad.eval(attr)
     if attr not in ad:
         return None
+    if ad.get(attr).__class__ is classad2.ExprTree:
+        _check_cost(ad, (attr,), slot=_READING_SLOT.get())
     try:
         value = ad.eval(attr)
     except Exception as e:  # classad2 raises on evaluation failures
@@ -248,6 +256,9 @@ def _require_gpus(ad: classad2.ClassAd) -> str | None:
     text = _lookup_text(ad, GPU.match_request_attr)
     if len(text) > MAX_REQUIRE_GPUS_CHARS:
         raise AdError(GPU.match_request_attr, f"longer than {MAX_REQUIRE_GPUS_CHARS} characters")
+    problem = expression_cost_problem([(GPU.match_request_attr, text)])
+    if problem is not None:
+        raise AdError(*problem)
     return text
 
 
@@ -322,11 +333,14 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
 
 def _node_sharing_attributes(ad: classad2.ClassAd) -> dict[str, Any]:
     """The sidecar's node-sharing marks on a guest or a mate (``condor_sched.node_sharing``),
-    those present and of the type it writes; anything else reads as absent."""
+    those present and of the type and range it writes (durations: ``model.duration_s``);
+    anything else reads as absent, so nothing out of range is ever written back."""
     out: dict[str, Any] = {}
     for attr, kind in ((PIN_MATE_ATTR, str), (PIN_GUEST_ATTR, str), (PIN_MATE_INCREASE_ATTR, int),
                        (PIN_MATE_BASE_ATTR, int)):
         if attr in ad and (value := _lenient(ad, attr, kind)) is not None:
+            if kind is int and duration_s(value) is None and not (attr == PIN_MATE_INCREASE_ATTR and value == 0):
+                continue
             out[attr] = value
     return out
 
@@ -525,7 +539,27 @@ def _unavailable(ad: classad2.ClassAd) -> str | None:
 
 def slot_from_ad(ad: classad2.ClassAd) -> Slot | None:
     """A partitionable slot record; None for other slot ads (dynamic slots are already
-    subtracted from their parent's free resources). Raises AdError on a malformed one."""
+    subtracted from their parent's free resources). Raises AdError on a malformed one, and
+    on one whose expressions cost more than the bound (``_check_cost``: of a snapshot's ad,
+    every attribute; of a live one, what matchmaking walks first)."""
+    _check_cost(ad, tuple(ad.values) if ad.__class__ is _PlainAd else _SLOT_WALKED, slot=True)
+    if ad.__class__ is _PlainAd:  # a file's ad (a live one came as ClassAd text, which holds no NUL)
+        for attr, value in ad.values.items():
+            if value.__class__ is str and "\0" in value:
+                _carried(attr, value)
+    reading = _READING_SLOT.set(True)
+    try:
+        return _slot_record(ad)
+    finally:
+        _READING_SLOT.reset(reading)
+
+
+#: True while a slot ad is read: its expressions are the startd's, which may call
+#: ``evalInEachContext`` (``_check_cost``'s ``slot``).
+_READING_SLOT: contextvars.ContextVar[bool] = contextvars.ContextVar("reading_slot", default=False)
+
+
+def _slot_record(ad: classad2.ClassAd) -> Slot | None:
     if _eval(ad, "PartitionableSlot") is not True:
         return None
     name = _string(ad, "Name", required=True)
@@ -582,12 +616,16 @@ def _gpus_of(ad: classad2.ClassAd) -> tuple[Gpu, ...]:
     naming the first bad attribute."""
     count = _number(ad, GPU.count_attr, required=True, minimum=1, maximum=MAX_GPUS_PER_NODE)
     gpus = []
+    seen: dict[str, str] = {}
     for k in range(count):
         uuid_attr, model_attr = GPU.resource_attr(k, "Uuid"), GPU.resource_attr(k, "DeviceName")
         memory_attr, compute_attr = GPU.resource_attr(k, "Memory"), GPU.resource_attr(k, "Compute")
         uuid = _string(ad, uuid_attr, required=True)
         if not GPU_UUID.match(uuid):
             raise AdError(uuid_attr, f"must be a GPU or MIG uuid ({GPU_UUID.pattern}), got {_shown(uuid)}")
+        if uuid.lower() in seen:
+            raise AdError(uuid_attr, f"repeats {seen[uuid.lower()]} ({uuid}): one GPU advertised twice")
+        seen[uuid.lower()] = uuid_attr
         model = _string(ad, model_attr, required=True)
         if not GPU_MODEL.match(model):
             raise AdError(model_attr, f"must be a GPU model name ({GPU_MODEL.pattern}), got {_shown(model)}")
@@ -690,12 +728,12 @@ def _build_state(job_ads: Iterable[tuple[str | None, Iterable[classad2.ClassAd |
         for ad in slot_ads:  # each ad is dropped once its record and probe target are built
             try:
                 slot = slot_from_ad(ad)
+                if slot is not None:
+                    read_slots.append((slot, (ad.get("Name"), _probe_target(ad)), _start_refs(ad)))
             except AdError as e:
                 slot_skips.append(Skipped(f"slot {ad.get('Name', '?')}", str(e)))
-                continue
-            if slot is not None:
-                target = _probe_target(ad)
-                read_slots.append((slot, (ad.get("Name"), target), _start_refs(ad)))
+            except _BadValue as e:  # a value the probe's ClassAd cannot hold
+                slot_skips.append(Skipped(f"slot {ad.get('Name', '?')}", f"{e.attribute or 'a value'}: {e.problem}"))
         slots, duplicates = distinct_slots([slot for slot, _, _ in read_slots])
         kept = {id(slot) for slot in slots}
         targets = [target for slot, target, _ in read_slots if id(slot) in kept]
@@ -720,6 +758,106 @@ def _build_state(job_ads: Iterable[tuple[str | None, Iterable[classad2.ClassAd |
                        ranks=_ranks([(job, key) for job, _, key in idle], targets))
 
 
+#: The slot expressions matchmaking walks for references (START, and the slot's own
+#: Requirements and Rank): checked on every live slot ad before they are.
+_SLOT_WALKED = ("Start", "Requirements", "Rank")
+
+
+def _check_cost(ad: classad2.ClassAd | _PlainAd, roots: tuple[str, ...], slot: bool = False) -> None:
+    """Raise :class:`AdError` when what the sidecar evaluates of ``ad`` (``roots`` and every
+    attribute they read) could cost more than the bound of :mod:`condor_sched.expression_cost`.
+    Checked on the text before any classad2 call walks or evaluates it, so one user's ad
+    cannot stall or stop a cycle for everyone. Of a snapshot's ad, found once per expressions
+    among the roots and the values of what they follow. A ``slot`` ad (the startd's, not a
+    user's) may call ``evalInEachContext``, as HTCondor's own slot ads do."""
+    if ad.__class__ is not _PlainAd:
+        _cost_of(_expressions_read(ad, roots)[0], dynamic=slot)
+        return
+    raw = _raw_values(ad, roots)
+    first = (slot, roots, tuple([v if v.__class__ is str and v[:6] == _EXPR_PREFIX else None for v in raw]))
+    try:
+        followed = _FOLLOWED.get(first)
+        key = None if followed is None else (first, followed, _raw_values(ad, followed))
+        verdict = _COSTS.get(key, _COSTS) if key is not None else _COSTS
+    except TypeError:  # a list or a nested ad: not a key
+        _cost_of(_expressions_read(ad, roots)[0], dynamic=slot)
+        return
+    if verdict is _COSTS:
+        expressions, followed = _expressions_read(ad, roots)
+        verdict = _cost_of(expressions, check=False, dynamic=slot)
+        if len(_COSTS) < _MAX_CACHED:
+            _FOLLOWED[first] = followed
+            _COSTS[(first, followed, _raw_values(ad, followed))] = verdict
+    if verdict is not None:
+        raise AdError(*verdict)
+
+
+def _cost_of(expressions: list[tuple[str, str]], check: bool = True,
+             dynamic: bool = False) -> tuple[str, str] | None:
+    """``expression_cost_problem`` of ``expressions``; raised as AdError when ``check``."""
+    problem = expression_cost_problem(expressions, dynamic=dynamic) if expressions else None
+    if problem is not None and check:
+        raise AdError(*problem)
+    return problem
+
+
+def _expressions_read(ad: classad2.ClassAd | _PlainAd, roots: tuple[str, ...]
+                      ) -> tuple[list[tuple[str, str]], tuple[str, ...]]:
+    """(name, ClassAd text) of every expression among ``roots`` and what they read, nested
+    ads' attributes and list items included, and the names followed beyond ``roots``."""
+    found: list[tuple[str, str]] = []
+    seen = {name.lower() for name in roots}
+    followed: list[str] = []
+    todo = [(name, value) for name, value in zip(roots, _values_of(ad, roots)) if value is not _MISSING]
+    while todo:
+        name, value = todo.pop()
+        texts = _texts_of(name, value)
+        found += texts
+        for _, text in texts:
+            names = tuple(n for n in names_read(text) if n not in seen)
+            seen.update(names)
+            followed += names
+            todo += ((n, v) for n, v in zip(names, _values_of(ad, names)) if v is not _MISSING)
+    return found, tuple(followed)
+
+
+def _values_of(ad: classad2.ClassAd | _PlainAd, names: tuple[str, ...]) -> Iterable[Any]:
+    """The values of ``names`` in ``ad`` as JSON values (expressions as ``"/Expr(...)/"``
+    strings), ``_MISSING`` where absent."""
+    if ad.__class__ is _PlainAd:
+        return _raw_values(ad, names)
+    return [_json_value(ad, name) if name in ad else _MISSING for name in names]
+
+
+def _json_value(ad: classad2.ClassAd, name: str) -> Any:
+    value = ad.get(name)
+    if value.__class__ is str or isinstance(value, (int, float, bool)) or value is None:
+        return value
+    return f"{_EXPR_PREFIX}{ad.lookup(name)}{_EXPR_SUFFIX}"
+
+
+def _texts_of(name: str, value: Any, depth: int = 0) -> list[tuple[str, str]]:
+    """The expressions of one JSON value: itself, a nested ad's attributes, a list's items."""
+    kind = value.__class__
+    if kind is str:
+        return [(name, value[6:-2])] if value[:6] == _EXPR_PREFIX and value[-2:] == _EXPR_SUFFIX else []
+    if depth > MAX_VALUE_DEPTH:
+        return []
+    if kind is dict:
+        return [found for key, item in value.items() for found in _texts_of(key, item, depth + 1)]
+    if kind is list:
+        return [found for item in value for found in _texts_of(name, item, depth + 1)]
+    return []
+
+
+
+
+
+#: ``_check_cost``'s caches: the names followed beyond the roots per values of the roots, and
+#: the verdict per values of the roots and of those names (equal values: equal expressions).
+_FOLLOWED: dict[tuple, tuple[str, ...]] = {}
+_COSTS: dict[tuple, tuple[str, str] | None] = {}
+
 #: One job ad read: its record with, when idle, its eligibility and Rank keys; or why it is skipped.
 _JobRead = tuple[Job | Skipped, tuple | None, tuple | None]
 
@@ -735,13 +873,12 @@ def _read_jobs(job_ads: Iterable[tuple[str | None, Iterable[classad2.ClassAd | _
             source = schedd or schedd_of(ad, "unknown-schedd")
             try:
                 job = _job_record(ad, source, reads)
+                read = (job, _eligibility_key(ad, start_refs, references), _rank_key(ad)) if job.is_idle else \
+                    (job, None, None)
             except AdError as e:
                 yield Skipped(_describe_job(ad, source), str(e), *_key_and_pin(ad, source)), None, None
                 continue
-            if job.is_idle:
-                yield job, _eligibility_key(ad, start_refs, references), _rank_key(ad)
-            else:
-                yield job, None, None
+            yield read
 
 
 def _start_refs(slot_ad: classad2.ClassAd | _PlainAd) -> set[str]:
@@ -774,6 +911,7 @@ def _rank_key(ad: classad2.ClassAd | _PlainAd) -> tuple | None:
     """A job's Rank and the text of every job attribute it reads; None for a constant Rank."""
     if "Rank" not in ad or (ad.__class__ is _PlainAd and ad.is_literal("Rank")):
         return None
+    _check_cost(ad, ("Rank",))
     full = _classad_of(ad)
     rank = full.lookup("Rank")
     try:
@@ -782,7 +920,7 @@ def _rank_key(ad: classad2.ClassAd | _PlainAd) -> tuple | None:
     except ValueError:  # it reads itself round: an error, as HTCondor evaluates it, ranks every slot 0
         return None
     refs = sorted(r for r in _own_references_of(ad, "Rank") if r in full and r.lower() != "rank")
-    return str(rank), tuple((r, str(full.lookup(r))) for r in refs)
+    return _carried("Rank", str(rank)), tuple((r, _carried(r, str(full.lookup(r)))) for r in refs)
 
 
 def _ranks(jobs: Iterable[tuple[Job, tuple | None]],
@@ -865,6 +1003,7 @@ def _own_references(ad: classad2.ClassAd, expr: classad2.ExprTree) -> set[str]:
 def _own_references_of(ad: classad2.ClassAd | _PlainAd, attr: str) -> set[str]:
     """``_own_references`` of ``attr``'s expression in ``ad``; of one that reads itself round,
     whose references classad2 cannot tell, found by following each attribute's text."""
+    _check_cost(ad, (attr,))
     full = _classad_of(ad)
     try:
         return _own_references(full, full.lookup(attr))
@@ -943,20 +1082,34 @@ def _eligibility_key(ad: Any, start_refs: set[str], references: dict[str, tuple[
         refs = _own_references_of(ad, attr) | start_refs
         references[text] = tuple(sorted(r for r in refs if r.lower() not in _PROBED))
     if ad.__class__ is not _PlainAd or ad.live:
-        return text, tuple((r, _lookup_text(ad, r)) for r in references[text] if r in ad)
+        return _probe_checked(attr, (text, tuple((r, _lookup_text(ad, r)) for r in references[text] if r in ad)))
     raw = _raw_values(ad, references[text])  # the texts, once per JSON values read
     key = (text, references[text], raw, tuple(map(type, raw)))  # 1, 1.0 and true print apart
     try:
         found = _ELIGIBILITY_KEYS.get(key)
     except TypeError:  # a list or a nested ad
-        return text, tuple((r, _lookup_text(ad, r)) for r in references[text] if r in ad)
+        return _probe_checked(attr, (text, tuple((r, _lookup_text(ad, r)) for r in references[text] if r in ad)))
     if found is None:
-        found = text, tuple((r, _lookup_text(ad, r)) for r in references[text] if r in ad)
+        found = _probe_checked(attr, (text, tuple((r, _lookup_text(ad, r)) for r in references[text] if r in ad)))
         if len(_ELIGIBILITY_KEYS) < _MAX_CACHED:
             _ELIGIBILITY_KEYS[key] = found
     return found
 
 
+def _probe_checked(attr: str, key: tuple[str, tuple[tuple[str, str], ...]]) -> tuple:
+    """An eligibility key, or AdError when the probe job it makes (its Requirements and the
+    attributes read, :func:`_accepting`) could cost more to match than the bound allows."""
+    problem = _PROBE_COSTS.get(key, _PROBE_COSTS)
+    if problem is _PROBE_COSTS:
+        problem = expression_cost_problem([(attr, key[0]), *key[1]])
+        if len(_PROBE_COSTS) < _MAX_CACHED:
+            _PROBE_COSTS[key] = problem
+    if problem is not None:
+        raise AdError(*problem)
+    return key
+
+
+_PROBE_COSTS: dict[tuple, tuple[str, str] | None] = {}
 _ELIGIBILITY_KEYS: dict[tuple, tuple] = {}
 
 
@@ -1380,6 +1533,15 @@ def read_ads(path: str | Path) -> list[classad2.ClassAd]:
     return _ads_from_long(path, text)
 
 
+def _real(value: int) -> float:
+    """An integer beyond 64 bits as the real ``_json_int`` makes of its digits (infinite past
+    a double's range, where ``float`` of the integer would raise)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def _json_int(digits: str) -> int | float:
     """A JSON integer as a ClassAd holds it: beyond 64 bits, a real (then out of every range)."""
     if len(digits) < 19:
@@ -1639,6 +1801,7 @@ class _PlainAd:
         if value is _MISSING:
             return None
         if value is _COMPLEX:
+            _check_cost(self, (attr,), slot=_READING_SLOT.get())
             return _eval(self.classad, attr)
         return value
 
@@ -1658,11 +1821,11 @@ class _PlainAd:
             raw = self.values[self.names[attr.lower()]]
             if not self.live and raw.__class__ is str and raw in _EXPRESSIONS:
                 return _EXPRESSIONS[raw]
-            return str(self.classad.lookup(attr))
+            return _carried(attr, str(self.classad.lookup(attr)))
         key = (value.__class__, value)
         text = _UNPARSED.get(key)
         if text is None:
-            text = str(classad2.ClassAd({"v": value}).lookup("v"))
+            text = _carried(attr, str(classad2.ClassAd({"v": value}).lookup("v")))
             if len(_UNPARSED) < _MAX_CACHED:
                 _UNPARSED[key] = text
         return text
@@ -1698,7 +1861,16 @@ _UNPARSED: dict[tuple[type, Any], str] = {}
 
 
 def _lookup_text(ad: classad2.ClassAd | _PlainAd, attr: str) -> str:
-    return ad.lookup_text(attr) if ad.__class__ is _PlainAd else str(ad.lookup(attr))
+    return ad.lookup_text(attr) if ad.__class__ is _PlainAd else _carried(attr, str(ad.lookup(attr)))
+
+
+def _carried(attr: str, text: str) -> str:
+    """``text`` (an attribute's ClassAd text), or AdError when it holds a NUL character: no
+    ClassAd carries one (classad2 prints it as ``\\000`` and refuses to parse that back, and so
+    do HTCondor's daemons), so the job is skipped and told why rather than probed."""
+    if "\0" in text or ("\\000" in text and "\\000" in text.replace("\\\\", "")):
+        raise AdError(attr, "holds a NUL character, which a ClassAd string cannot carry")
+    return text
 
 
 def _classad_of(ad: classad2.ClassAd | _PlainAd) -> classad2.ClassAd:
@@ -1979,7 +2151,7 @@ def _check_nested(value: list | dict, depth: int) -> None:
                 _known_expression(item)
         elif kind is int:
             if not -2**63 <= item < 2**63:
-                value[key] = float(item)
+                value[key] = _real(item)
         elif kind is list or kind is dict:
             _check_nested(item, depth + 1)
 
@@ -1989,7 +2161,7 @@ def _big_reals(value: list | dict) -> None:
     for key in (list(value) if value.__class__ is dict else range(len(value))):
         item = value[key]
         if item.__class__ is int and not -2**63 <= item < 2**63:
-            value[key] = float(item)
+            value[key] = _real(item)
         elif item.__class__ is list or item.__class__ is dict:
             _big_reals(item)
 

@@ -9,6 +9,10 @@ through :func:`consistent_state`, which ``cycle.decide_cycle`` applies first (pu
   job; every other copy, readable or not, is reported and never held or unpinned for.
 - A free amount above the slot's total: planned as the total, and reported, so no plan
   puts more on a slot than it has.
+- A GPU uuid advertised by more than one slot (one physical GPU cannot be on two nodes; a
+  node repeating another's uuids, or discovery gone wrong): every slot that advertises it is
+  left out and reported, naming the other, so no GPU is booked twice. (A uuid repeated within
+  one slot ad makes that ad unreadable: ``classads``.)
 """
 from __future__ import annotations
 
@@ -32,7 +36,25 @@ def distinct_slots(slots: Sequence[Slot]) -> tuple[list[Slot], list[Skipped]]:
     skipped = [Skipped(f"slot {slot.name}", f"duplicate Name: the ad of {slots[chosen[slot.name]].machine} "
                                             f"heard at {slots[chosen[slot.name]].updated_at_s} is used")
                for i, slot in enumerate(slots) if i not in keep]
-    return [slot for i, slot in enumerate(slots) if i in keep], skipped
+    kept = [slot for i, slot in enumerate(slots) if i in keep]
+    shared = _shared_gpus(kept)
+    skipped += [Skipped(f"slot {slot.name}", why) for slot in kept if (why := shared.get(slot.name))]
+    return [slot for slot in kept if slot.name not in shared], skipped
+
+
+def _shared_gpus(slots: Sequence[Slot]) -> dict[str, str]:
+    """Why each slot advertising a GPU uuid that another slot advertises too is left out."""
+    owners: dict[str, list[str]] = {}
+    for slot in slots:
+        for gpu in slot.gpus:
+            owners.setdefault(gpu.uuid.lower(), []).append(slot.name)
+    why: dict[str, str] = {}
+    for uuid, names in owners.items():
+        for name in names if len(names) > 1 else ():
+            other = next(n for n in names if n != name)
+            why.setdefault(name, f"GPU {uuid} is also advertised by slot {other}: one GPU cannot be booked on two "
+                                 f"slots, so neither is planned")
+    return why
 
 
 def _duplicate_job(key: JobKey) -> Skipped:

@@ -552,6 +552,7 @@ class CycleDecision:
             "guests": [{**job(g.job), "slot": g.slot, "mate": g.mate.job_id, "mate_schedd": g.mate.schedd,
                         "mate_increase_s": g.increase_s, "predicted_end_s": g.predicted_end_s}
                        for g in self.node_sharing.pins],
+            "guest_kept": [job(k) for k in self.node_sharing.kept],
             "guest_unpins": [{**job(k), "reason": r} for k, r in self.node_sharing.unpins],
             "mates": [{**job(m.job), "writes": dict(m.writes), "why": m.why}
                       for m in (*self.node_sharing.lengthen, *self.node_sharing.restore)],
@@ -565,8 +566,8 @@ class CycleDecision:
 
 
 def covered(job: Job) -> bool:
-    """The jobs condor_sched covers: idle jobs that request device memory (device
-    policies) or name their program with +CoSchedProgram (spread policy)."""
+    """The idle jobs the device and spread policies plan (``Job.sharing_mode`` devices or
+    spread); GPU and node sharing cover theirs apart."""
     return job.is_idle and (job.uses_device or job.wants_spread)
 
 
@@ -950,8 +951,9 @@ def _where(jobs: Sequence[Job], attr: Callable[[Job], Any], test: Callable[[Any,
 
 
 def _covered_idle(jobs: Sequence[Job]) -> list[Job]:
-    """``covered`` jobs of ``jobs`` (idle, and a device job or a spread one), in key order."""
-    out = [j for j in _where(jobs, _status, is_, JobStatus.IDLE) if j.request.device_memory_mb > 0 or j.spread]
+    """``covered`` jobs of ``jobs`` (idle, and a device job or a spread one: ``Job.sharing_mode``), in key order."""
+    out = [j for j in _where(jobs, _status, is_, JobStatus.IDLE)
+           if j.request.device_memory_mb > 0 or (j.spread and j.gpu is None)]
     out.sort(key=_key_order)
     return out
 

@@ -200,7 +200,7 @@ def _fair_order(jobs: Sequence[Job], running: Sequence[Job], priorities: Mapping
 def decide_gpu_sharing(state: PoolState, cycle: int, policy: GpuPolicy, settings: PlanSettings,
                        unpin_age_cycles: int) -> GpuSharingDecision:
     """The GPU part of a cycle (module docstring)."""
-    gpu_jobs = [j for j in state.jobs if j.gpu is not None]
+    gpu_jobs = [j for j in state.jobs if j.sharing_mode == "gpus"]
     if not gpu_jobs:
         return GpuSharingDecision()
     slots = {s.name: s for s in state.slots}

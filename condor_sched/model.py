@@ -48,6 +48,16 @@ PIN_MATE_BASE_ATTR = "CoSchedPinMateBaseDuration"
 PIN_GUEST_ATTR = "CoSchedPinGuest"
 #: The run-time limit the shadow enforces (hold code 47); the sidecar lengthens a mate's.
 EXECUTE_DURATION_ATTR = "AllowedExecuteDuration"
+#: The longest run-time limit the sidecar reads or writes (HTCondor keeps it in a 32-bit int).
+MAX_EXECUTE_DURATION_S = 2**31 - 1
+
+
+def duration_s(value: object) -> int | None:
+    """``value`` as a run-time limit the sidecar may read or write back: a whole number of
+    seconds in 1..``MAX_EXECUTE_DURATION_S`` (a real is truncated); None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return None
+    return int(value) if 1 <= value <= MAX_EXECUTE_DURATION_S else None
 #: On a GPU job (issue 13): the GPUs of its pinned GPU node slot it takes ("0,3": indices), and
 #: what it takes of each (MB, thousandths of a GPU). The schedd transform (config.d/10) turns
 #: them into the claim's ``RequestCoSchedGPU<k>Memory`` / ``...Compute``, so HTCondor itself
@@ -212,8 +222,22 @@ class Job:
     @property
     def wants_spread(self) -> bool:
         """A job is spread and shared by Spread-n-Share when it names its program
-        (``+CoSchedProgram``) and requests no device memory (issue 5)."""
-        return self.spread and not self.uses_device
+        (``+CoSchedProgram``) and requests neither device memory nor a GPU (issue 5)."""
+        return self.spread and not self.uses_device and self.gpu is None
+
+    @property
+    def sharing_mode(self) -> str | None:
+        """The one way condor_sched shares this job, whatever else its ad asks: device
+        memory first (``devices``), then a GPU request (``gpus``), then a named program
+        (``spread``), then ``+CoSchedMalleable`` (``mates``); None for other jobs. Each
+        part of a cycle plans only its own, so no job is pinned twice in one cycle."""
+        if self.uses_device:
+            return "devices"
+        if self.gpu is not None:
+            return "gpus"
+        if self.spread:
+            return "spread"
+        return "mates" if self.malleable else None
 
     @property
     def is_idle(self) -> bool:

@@ -40,8 +40,9 @@ import classad2
 
 from condor_sched.edits import PIN_ATTRS, UNDEFINED
 from condor_sched.model import (
-    EXECUTE_DURATION_ATTR, HOLDS_A_SLOT, PIN_GUEST_ATTR, PIN_MATE_ATTR, PIN_MATE_BASE_ATTR, PIN_MATE_INCREASE_ATTR,
-    Job, JobKey, Plan, PoolState, Slot, SlotKind, Unplaced, partitionable_slot_of,
+    EXECUTE_DURATION_ATTR, HOLDS_A_SLOT, MAX_EXECUTE_DURATION_S, PIN_GUEST_ATTR, PIN_MATE_ATTR, PIN_MATE_BASE_ATTR,
+    PIN_MATE_INCREASE_ATTR,
+    Job, JobKey, Plan, PoolState, Slot, SlotKind, Unplaced, duration_s, partitionable_slot_of,
 )
 from condor_sched.policies.base import PlanSettings, Policy
 from condor_sched.policies.cpu_nodes import NodeCluster, Role, RunningNodeJob, RuntimeModel, WaitingJob, stretched_s
@@ -92,8 +93,7 @@ def guest_unpin_writes() -> tuple[tuple[str, str], ...]:
 
 
 def _runtime(job: Job) -> int | None:
-    r = job.requested_runtime_s
-    return int(r) if isinstance(r, (int, float)) and not isinstance(r, bool) and 0 < r < 2**31 else None
+    return duration_s(job.requested_runtime_s)
 
 
 def _node_of(job: Job, slots: Mapping[str, Slot]) -> str | None:
@@ -155,19 +155,41 @@ def _stale_guest(job: Job, live: _Live, cycle: int, unpin_age: int) -> str | Non
     return None
 
 
+def _named_by_mate(guest: Job, live: _Live) -> bool:
+    """Whether the mate ``guest`` names names it back (``CoSchedPinGuest``): its guest of record."""
+    slot = live.slots.get(guest.pinned_slot or "")
+    mate = live.mate_of(guest, slot.machine) if slot is not None else None
+    return mate is not None and mate.attributes.get(PIN_GUEST_ATTR) == str(guest.key)
+
+
+def _slot_taken(guest: Job, live: _Live, kept: Sequence[Job]) -> str | None:
+    """Why a pinned guest cannot keep its pin because its guest slot is another's: a mate
+    hosts one guest (paper 001), so one guest runs or is kept pinned per guest slot."""
+    slot = live.slots[guest.pinned_slot]  # type: ignore[index]
+    running = live.guest_on.get(slot.machine)
+    if running is not None and running.key != guest.key:
+        return f"guest slot {slot.name} already runs guest {running.key}"
+    for other in kept:
+        if other.pinned_slot == guest.pinned_slot:
+            return f"its mate already hosts guest {other.key} on {slot.name}"
+    return None
+
+
 def _restore(mate: Job, why: str) -> MateChange:
-    base = mate.attributes.get(PIN_MATE_BASE_ATTR)
-    writes = ((EXECUTE_DURATION_ATTR, str(base)),) if isinstance(base, int) else ()
+    """Give the mate back its base limit; a base that is no limit (``duration_s``: the reader
+    refuses it too) is not written back, and the mate keeps the limit it has."""
+    base = duration_s(mate.attributes.get(PIN_MATE_BASE_ATTR))
+    writes = ((EXECUTE_DURATION_ATTR, str(base)),) if base is not None else ()
     return MateChange(mate.key, (*writes, (PIN_GUEST_ATTR, UNDEFINED), (PIN_MATE_BASE_ATTR, UNDEFINED)), why)
 
 
 def lengthen_change(mate: Job, guest: JobKey, increase_s: int) -> MateChange:
-    """Base first (alone it changes nothing), the guest, then the longer limit."""
-    base = mate.attributes.get(PIN_MATE_BASE_ATTR)
-    if not isinstance(base, int):
-        base = _runtime(mate) or 0
+    """Base first (alone it changes nothing), the guest, then the longer limit (at most
+    ``MAX_EXECUTE_DURATION_S``)."""
+    base = duration_s(mate.attributes.get(PIN_MATE_BASE_ATTR)) or _runtime(mate) or 0
+    longer = min(base + max(0, increase_s), MAX_EXECUTE_DURATION_S)
     return MateChange(mate.key, ((PIN_MATE_BASE_ATTR, str(base)), (PIN_GUEST_ATTR, classad2.quote(str(guest))),
-                                 (EXECUTE_DURATION_ATTR, str(base + increase_s))),
+                                 (EXECUTE_DURATION_ATTR, str(longer))),
                       f"hosts guest {guest}: limit {base} s + {increase_s} s")
 
 
@@ -213,19 +235,20 @@ _ERROR_FROM = re.compile(r"^Error from (\S+?):")
 def decide_node_sharing(state: PoolState, cycle: int, policy: Policy, settings: PlanSettings,
                         unpin_age_cycles: int) -> NodeSharingDecision:
     """The node-sharing part of a cycle (module docstring)."""
-    # A malleable device or spread job belongs to its own policy (and the guest slot's START
-    # takes CPU jobs only): node sharing neither plans, unpins nor restores it.
-    malleable = [j for j in state.jobs if j.malleable and not j.uses_device and not j.spread]
+    # A malleable device, GPU or spread job belongs to its own mode (``Job.sharing_mode``; the
+    # guest slot's START takes CPU jobs only): node sharing neither plans, unpins nor restores it.
+    malleable = [j for j in state.jobs if j.sharing_mode == "mates"]
     if not malleable:
         return NodeSharingDecision()
     live = _Live(state)
     now_s = state_time(state)
     unpins: list[tuple[JobKey, str]] = []
     kept: list[Job] = []
-    for job in malleable:
-        if job.is_idle and job.pinned_slot is not None:
-            why = _stale_guest(job, live, cycle, unpin_age_cycles)
-            (unpins.append((job.key, why)) if why else kept.append(job))
+    pinned = sorted((j for j in malleable if j.is_idle and j.pinned_slot is not None),
+                    key=lambda j: (not _named_by_mate(j, live), j.pinned_cycle or 0, j.key))
+    for job in pinned:
+        why = _stale_guest(job, live, cycle, unpin_age_cycles) or _slot_taken(job, live, kept)
+        (unpins.append((job.key, why)) if why else kept.append(job))
     kept_keys = {j.key for j in kept}
     restore = []
     for mate in malleable:
