@@ -729,7 +729,7 @@ def _build_state(job_ads: Iterable[tuple[str | None, Iterable[classad2.ClassAd |
             try:
                 slot = slot_from_ad(ad)
                 if slot is not None:
-                    read_slots.append((slot, (ad.get("Name"), _probe_target(ad)), _start_refs(ad)))
+                    read_slots.append((slot, (slot.name, _probe_target(ad)), _start_refs(ad)))
             except AdError as e:
                 slot_skips.append(Skipped(f"slot {ad.get('Name', '?')}", str(e)))
             except _BadValue as e:  # a value the probe's ClassAd cannot hold
@@ -943,7 +943,8 @@ def _ranks(jobs: Iterable[tuple[Job, tuple | None]],
 
 def _targets(slot_ads: Iterable[classad2.ClassAd]) -> list[tuple[str, classad2.ClassAd]]:
     """Each partitionable slot's name and probe target (:func:`_probe_target`)."""
-    return [(ad.get("Name"), _probe_target(ad)) for ad in slot_ads if _eval_quietly(ad, "PartitionableSlot")]
+    return [(name, _probe_target(ad)) for ad in slot_ads
+            if _eval_quietly(ad, "PartitionableSlot") and isinstance(name := _eval_quietly(ad, "Name"), str)]
 
 
 def _rank_value(expr: classad2.ExprTree, job: classad2.ClassAd, slot: classad2.ClassAd) -> float:
@@ -1432,7 +1433,10 @@ def _direct_refs(text: str) -> tuple[str, ...]:
     """The references (``X``, ``MY.X``, ``TARGET.X``, ``X.Y``) an expression's text makes."""
     refs = _DIRECT_REFS.get(text)
     if refs is None:
-        refs = tuple(r for r in _NO_AD.externalRefs(classad2.ExprTree(text)) if r)
+        try:
+            refs = tuple(r for r in _NO_AD.externalRefs(classad2.ExprTree(text)) if r)
+        except ValueError:  # it reads itself round (a nested ad): every name it may read, unscoped
+            refs = names_read(text)
         if len(_DIRECT_REFS) < _MAX_CACHED:
             _DIRECT_REFS[text] = refs
     return refs

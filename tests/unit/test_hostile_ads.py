@@ -220,3 +220,21 @@ def test_a_slot_ad_no_probe_can_be_built_of_is_skipped_not_fatal(tmp_path, attri
     (tmp_path / "machines.json").write_text(json.dumps(machines))
     state = load_snapshot(f"{EXAMPLE}/queue.json", tmp_path / "machines.json")
     assert len(state.slots) == len(machines) - 1 and len(state.skipped) == 1
+
+
+def test_a_slot_named_by_an_expression_is_matched_by_the_name_it_evaluates_to(tmp_path):
+    machines = json.load(open(f"{EXAMPLE}/machines.json"))
+    name = "slot2@node1@node1.cosched.test"  # a slot the bundled jobs accept
+    (ad,) = [ad for ad in machines if ad["Name"] == name]
+    ad["Name"] = f'/Expr(strcat("{name[:5]}", "{name[5:]}"))/'
+    (tmp_path / "machines.json").write_text(json.dumps(machines))
+    state = load_snapshot(f"{EXAMPLE}/queue.json", tmp_path / "machines.json")
+    assert name in {s.name for s in state.slots}
+    assert any(name in slots for slots in state.eligible.values())
+
+
+def test_a_job_expression_that_reads_itself_round_is_planned_not_fatal(tmp_path):
+    queue, machines = snapshot_with(tmp_path, MyTag="/Expr([a = b; b = a].a)/",
+                                    Requirements="/Expr(MyTag =!= 7 && TARGET.PhiMemory >= RequestPhiMemory)/")
+    state = load_snapshot(queue, machines)
+    assert len(state.jobs) == 41 and not state.skipped
