@@ -256,9 +256,7 @@ def _require_gpus(ad: classad2.ClassAd) -> str | None:
     text = _lookup_text(ad, GPU.match_request_attr)
     if len(text) > MAX_REQUIRE_GPUS_CHARS:
         raise AdError(GPU.match_request_attr, f"longer than {MAX_REQUIRE_GPUS_CHARS} characters")
-    problem = expression_cost_problem([(GPU.match_request_attr, text)])
-    if problem is not None:
-        raise AdError(*problem)
+    _cost_of([(GPU.match_request_attr, text)])
     return text
 
 
@@ -850,9 +848,6 @@ def _texts_of(name: str, value: Any, depth: int = 0) -> list[tuple[str, str]]:
     return []
 
 
-
-
-
 #: ``_check_cost``'s caches: the names followed beyond the roots per values of the roots, and
 #: the verdict per values of the roots and of those names (equal values: equal expressions).
 _FOLLOWED: dict[tuple, tuple[str, ...]] = {}
@@ -1082,16 +1077,20 @@ def _eligibility_key(ad: Any, start_refs: set[str], references: dict[str, tuple[
     if text not in references:
         refs = _own_references_of(ad, attr) | start_refs
         references[text] = tuple(sorted(r for r in refs if r.lower() not in _PROBED))
-    if ad.__class__ is not _PlainAd or ad.live:
+
+    def probe_key() -> tuple:
         return _probe_checked(attr, (text, tuple((r, _lookup_text(ad, r)) for r in references[text] if r in ad)))
+
+    if ad.__class__ is not _PlainAd or ad.live:
+        return probe_key()
     raw = _raw_values(ad, references[text])  # the texts, once per JSON values read
     key = (text, references[text], raw, tuple(map(type, raw)))  # 1, 1.0 and true print apart
     try:
         found = _ELIGIBILITY_KEYS.get(key)
     except TypeError:  # a list or a nested ad
-        return _probe_checked(attr, (text, tuple((r, _lookup_text(ad, r)) for r in references[text] if r in ad)))
+        return probe_key()
     if found is None:
-        found = _probe_checked(attr, (text, tuple((r, _lookup_text(ad, r)) for r in references[text] if r in ad)))
+        found = probe_key()
         if len(_ELIGIBILITY_KEYS) < _MAX_CACHED:
             _ELIGIBILITY_KEYS[key] = found
     return found
