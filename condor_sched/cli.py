@@ -16,9 +16,10 @@ from condor_sched.options import (
 )
 from condor_sched.classads import SnapshotError
 from condor_sched.gc_pause import gc_paused
-from condor_sched.policies.base import PolicyError, PolicyKind, get_policy, policy_names
+from condor_sched.modes.planning import PolicyError, PolicyKind
+from condor_sched.modes.registry import get_policy, policy_names
 from condor_sched.resources import default_snapshot_dir
-from condor_sched.policies.gpu_policies import gpu_policy, gpu_policy_names
+from condor_sched.modes.registry import gpu_policy, gpu_policy_names
 from condor_sched.settings import DEFAULT_GPU_POLICY, LIVE_NODE_POLICY, SettingsError
 
 DEFAULT_SNAPSHOT = default_snapshot_dir()
@@ -126,7 +127,7 @@ def plan(queue: Path, machines: Path, policy: str, gpu_policy_name: str | None, 
     llc_ways and mem_bw_gbs to each assignment. Exit 0 when it planned (placed or not); 2 on bad input.
     """
     from condor_sched.cycle import CycleConfig, CycleMemory, decide_cycle
-    from condor_sched.policies.base import PlanSettings
+    from condor_sched.modes.planning import PlanSettings
 
     state = _load_snapshot(queue, machines)
     settings = PlanSettings(memory_granularity_mb=granularity_mb, knapsack_solver=solver,

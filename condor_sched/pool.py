@@ -321,7 +321,7 @@ class JobEditor:
 
     def release_guests(self, jobs: Iterable[JobKey]) -> Applied:
         """Unpin idle guests ``jobs`` and drop their reasons, batched."""
-        from condor_sched.node_sharing import guest_unpin_writes
+        from condor_sched.modes.mates.live import guest_unpin_writes
 
         return apply_changes([JobChange(job, (*guest_unpin_writes(), (PIN_REASON_ATTR, UNDEFINED))) for job in jobs],
                              self.write)

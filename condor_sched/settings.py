@@ -8,13 +8,14 @@ from typing import Callable, Mapping
 from condor_sched import options
 from condor_sched.device_kinds import device_kinds
 from condor_sched.edits import CHUNK_JOBS, MAX_CHUNK_JOBS
-from condor_sched.policies.base import PlanSettings, PolicyKind, policy_names
-from condor_sched.policies.gpu_policies import gpu_policy_names
+from condor_sched.modes.planning import PlanSettings, PolicyKind
+from condor_sched.modes.registry import policy_names
+from condor_sched.modes.registry import gpu_policy_names
 
 
 #: The GPU policy of a pool that sets no COSCHED_GPU_POLICY (issue 13; docs/results.md says why).
 DEFAULT_GPU_POLICY = "fgd-mem-batch"
-#: The node-sharing policy a live pool runs (paper 001's SD-Policy, ``condor_sched.node_sharing``).
+#: The node-sharing policy a live pool runs (paper 001's SD-Policy, ``condor_sched.modes.mates.live``).
 LIVE_NODE_POLICY = "sd"
 
 

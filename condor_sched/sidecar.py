@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Protocol
 
 from condor_sched.cycle import CycleConfig, CycleDecision, CycleMemory, Hold, Pin, covered, decide_cycle
-from condor_sched.node_sharing import GuestPin, guest_unpin_writes
+from condor_sched.modes.mates.live import GuestPin, guest_unpin_writes
 from condor_sched.edits import (
     CHUNK_JOBS,
     Edit,

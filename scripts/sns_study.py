@@ -18,7 +18,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from condor_sched.policies.base import PlanSettings
+from condor_sched.modes.planning import PlanSettings
 from condor_sched.profiles import ProfileStore
 from condor_sched.simulate.engine import xeon_inventory
 from condor_sched.simulate import profile_model as pm

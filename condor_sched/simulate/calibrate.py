@@ -20,7 +20,8 @@ import json
 from dataclasses import replace
 from typing import Sequence
 
-from condor_sched.policies.base import PlanSettings, get_policy
+from condor_sched.modes.planning import PlanSettings
+from condor_sched.modes.registry import get_policy
 from condor_sched.simulate import offload
 from condor_sched.simulate.engine import phi_inventory, simulate
 from condor_sched.simulate.metrics import run_metrics

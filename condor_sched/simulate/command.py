@@ -9,12 +9,13 @@ import click
 
 from condor_sched.inventory import MAX_NODES, InventoryError, load_inventory
 from condor_sched.options import AGE_CYCLES, MAX_SEQUENCES, SEED, THREAD_OVERCOMMIT, BoundedFloat, bounded_int
-from condor_sched.policies.base import PlanSettings, PolicyError, PolicyKind, policy_names
+from condor_sched.modes.planning import PlanSettings, PolicyError, PolicyKind
+from condor_sched.modes.registry import policy_names
 from condor_sched.profiles import ProfileError
 from condor_sched.simulate.engine import DEFAULT_CYCLE_S, MAX_CYCLE_S, MIN_CYCLE_S, SimulationError
 from condor_sched.simulate.metrics import PlotError, to_json, write_plots
-from condor_sched.policies.cpu_nodes import RuntimeModel
-from condor_sched.policies.sd import DEFAULT_MAX_SLOWDOWN, DEFAULT_MAX_SLOWDOWN_LABEL
+from condor_sched.modes.mates.cpu_nodes import RuntimeModel
+from condor_sched.modes.mates.sd import DEFAULT_MAX_SLOWDOWN, DEFAULT_MAX_SLOWDOWN_LABEL
 from condor_sched.simulate.cpu_jobs import parse_max_slowdown, read_swf_nodes, simulate_node_policy
 from condor_sched.simulate.offload import MODELS
 from condor_sched.simulate.study import simulate_report, spec_for

@@ -4,7 +4,7 @@ An SWF log maps onto whole nodes of C cores (:func:`read_swf_nodes`): a job aski
 processors takes ceil(P / C) nodes, runs one rank per node whose threads use the node's
 cores, and states a requested time apart from its run time. A job's run time is work in
 static seconds; it drains at the rate its cores give it under a runtime model of Section
-3.4 (:func:`~condor_sched.policies.cpu_nodes.progress_rate`): a mate shrunk to C - k cores
+3.4 (:func:`~condor_sched.modes.mates.cpu_nodes.progress_rate`): a mate shrunk to C - k cores
 drains at (C - k) / C, a guest at k / C; when a mate ends first, the guest takes that mate's
 nodes whole (Listing 3) and, unbalanced, drains at the ideal model's mean over its nodes or
 the worst case's least-served node. Every change of cores re-times the jobs it touches.
@@ -13,7 +13,7 @@ Why its own event loop rather than :class:`~condor_sched.simulate.engine.Simulat
 ``backfill`` and ``sd`` plan at every submit and every finish, as SLURM's backfill does
 (paper 001 runs them in the BSC SLURM simulator), not at negotiation cycles, and they need
 the malleable execution above, which the cycle engine's device and socket models do not
-have. Each planning call builds the same :class:`~condor_sched.policies.cpu_nodes.NodeCluster`
+have. Each planning call builds the same :class:`~condor_sched.modes.mates.cpu_nodes.NodeCluster`
 the policies' ``plan`` builds from a PlanRequest and calls the same planner function, so the
 simulator and the common interface share the decision code. Events at one instant are
 applied together (finishes, then arrivals) and planned once: ``--cycle-s`` plays no part,
@@ -35,11 +35,19 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from condor_sched.model import JobKey, Skipped
-from condor_sched.policies.base import PlanSettings, PolicyError, PolicyKind, get_policy, policy_names
-from condor_sched.policies.cpu_nodes import (
-    NodeCluster, Role, RunningNodeJob, RuntimeModel, Start, WaitingJob, progress_rate, shrunk_view,
+from condor_sched.modes.planning import PlanSettings, PolicyError, PolicyKind
+from condor_sched.modes.registry import get_policy, policy_names
+from condor_sched.modes.mates.cpu_nodes import (
+    NodeCluster,
+    Role,
+    RunningNodeJob,
+    RuntimeModel,
+    Start,
+    WaitingJob,
+    progress_rate,
+    shrunk_view,
 )
-from condor_sched.policies.sd import SD_POLICIES
+from condor_sched.modes.mates.sd import SD_POLICIES
 from condor_sched.simulate.workloads import MAX_WORKLOAD_JOBS, SIM_SCHEDD, WorkloadError, swf_jobs
 
 Planner = Callable[[NodeCluster], Sequence[Start]]

@@ -59,7 +59,8 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 from condor_sched.cycle import CycleConfig, CycleDecision, CycleMemory, PlanCache, decide_cycle
 from condor_sched.inventory import Device, Inventory, Node, Socket, node_slots
 from condor_sched.model import Job, JobKey, JobStatus, PoolState, Resources, Slot, SlotKind, partitionable_slot_of
-from condor_sched.policies.base import PlanSettings, Policy, PolicyKind, assigned_request, get_policy
+from condor_sched.modes.planning import PlanSettings, Policy, PolicyKind, assigned_request
+from condor_sched.modes.registry import get_policy
 from condor_sched.simulate.offload import DeviceRuntime, OffloadModel, RuntimeModel
 from condor_sched.simulate.profile_model import SocketShare
 from condor_sched.simulate.workloads import SimJob

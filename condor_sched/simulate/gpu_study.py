@@ -45,7 +45,7 @@ def openb_path(option: str, value: str | None) -> Path:
 def simulate_openb(workload: str, inventory: str | None, protocol: str, policy: str, seed: int, batch: int,
                    sequences: int | None, cycle_s: float) -> dict[str, Any]:
     """The ``simulate --json`` object of one openb run (module docstring)."""
-    from condor_sched.policies.gpu_policies import gpu_policy
+    from condor_sched.modes.registry import gpu_policy
 
     if protocol not in PROTOCOLS:
         raise OpenbError(f"--protocol {protocol!r}: use {' or '.join(PROTOCOLS)}")

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Sequence
 
-from condor_sched.policies.configurations import configuration_lp, configurations
+from condor_sched.modes.devices.configurations import configuration_lp, configurations
 from condor_sched.simulate.workloads import SimJob
 
 

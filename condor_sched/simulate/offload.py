@@ -28,10 +28,17 @@ from __future__ import annotations
 import random
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import Callable, Protocol
 
-if TYPE_CHECKING:  # pragma: no cover
-    from condor_sched.simulate.workloads import SimJob
+
+class SimJob(Protocol):
+    """What the offload models read of a simulated job (``workloads.SimJob`` has it)."""
+
+    index: int
+    exclusive_runtime_s: float
+    offload_fraction: float
+    offloads: int
+    device_threads: int
 
 #: Fitted by ``python -m condor_sched.simulate.calibrate`` (documented in docs/results.md).
 MEAN_EXCLUSIVE_RUNTIME_S = 25.83

@@ -47,8 +47,8 @@ from pathlib import Path
 
 import numpy as np
 
-from condor_sched.policies.gpu_fleet import WHOLE_GPU_MILLI, GpuFleet, GpuTask
-from condor_sched.policies.gpu_policies import GpuPlanContext, GpuPolicy, typical_tasks
+from condor_sched.modes.gpus.fleet import WHOLE_GPU_MILLI, GpuFleet, GpuTask
+from condor_sched.modes.gpus.fleet_policy import GpuPlanContext, GpuPolicy, typical_tasks
 from condor_sched.simulate.text_lines import LineRefused, bounded_lines
 from condor_sched.yamlio import shown
 

@@ -46,7 +46,7 @@ negotiator takes the first matching slot; the seed plays no part):
   which time-slicing absorbs at a slowdown); ``part_memory_overruns`` counts tasks whose
   memory exceeds what their entries on their GPU advertise (1/N of the GPU's memory each).
 
-Any other name is a GPU policy (``condor_sched.policies.gpu_policies``): the batch goes to
+Any other name is a GPU policy (``condor_sched.modes.gpus.fleet_policy``): the batch goes to
 its ``place`` on a copy of the fleet, which holds per-GPU compute and memory as hard limits
 (compute overcommit 1.0 in these experiments), so a policy cannot oversubscribe; the
 simulator checks that independently from what each start puts on its GPUs.
@@ -79,7 +79,7 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from condor_sched.policies.gpu_fleet import WHOLE_GPU_MILLI, GpuFleet, GpuPlacement, GpuTask
+from condor_sched.modes.gpus.fleet import WHOLE_GPU_MILLI, GpuFleet, GpuPlacement, GpuTask
 
 #: The stock HTCondor layouts :func:`run_replay` models itself (module docstring).
 NATIVE_LAYOUTS = ("native-whole", "native-divide-2", "native-divide-4")
@@ -146,7 +146,7 @@ def run_replay(fleet: GpuFleet, tasks: Sequence[TimedTask], layout_or_policy: An
     choice's), or a GpuPolicy object (``name`` and ``place``). ``context``: the
     policy's GpuPlanContext; by default one seeded with ``seed`` whose typical tasks (FGD's
     target workload) are the replayed tasks'. Raises :class:`ReplayError` for a list
-    without time columns and ``condor_sched.policies.base.PolicyError`` for an unknown
+    without time columns and ``condor_sched.modes.planning.PolicyError`` for an unknown
     policy name."""
     if not cycle_s > 0 or math.isinf(cycle_s):
         raise ReplayError(f"cycle length must be a positive number of seconds, got {cycle_s}")
@@ -162,10 +162,10 @@ def run_replay(fleet: GpuFleet, tasks: Sequence[TimedTask], layout_or_policy: An
             policy = policy.removeprefix(WHOLE_PREFIX)
             replayed = [_whole_gpu(r) for r in replayed]
         if isinstance(policy, str):
-            from condor_sched.policies.gpu_policies import gpu_policy
+            from condor_sched.modes.registry import gpu_policy
             policy = gpu_policy(policy)
         if context is None:
-            from condor_sched.policies.gpu_policies import GpuPlanContext, typical_tasks
+            from condor_sched.modes.gpus.fleet_policy import GpuPlanContext, typical_tasks
             context = GpuPlanContext(rng=np.random.default_rng(seed),
                                      typical_tasks=typical_tasks([r.task for r in replayed]))
         name = WHOLE_PREFIX + policy.name if whole else policy.name

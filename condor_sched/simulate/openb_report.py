@@ -78,7 +78,7 @@ def tasks(quick: bool) -> list[tuple]:
 
 def run(task: tuple) -> tuple[tuple, dict[str, Any]]:
     """One run of :func:`tasks`: its figures and wall time."""
-    from condor_sched.policies.gpu_policies import gpu_policy
+    from condor_sched.modes.registry import gpu_policy
     from condor_sched.simulate.openb import run_inflation
     from condor_sched.simulate.packing_bound import lower_bound_pct_at_100
 

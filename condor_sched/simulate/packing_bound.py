@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from condor_sched.policies.gpu_fleet import WHOLE_GPU_MILLI, GpuTask
+from condor_sched.modes.gpus.fleet import WHOLE_GPU_MILLI, GpuTask
 
 #: Distinct request sizes the bound enumerates packings of (the openb lists have about 20).
 MAX_SHARE_SIZES = 40

@@ -31,7 +31,7 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Callable, Sequence
 
-from condor_sched.policies.configurations import configurations, covering_lp
+from condor_sched.modes.devices.configurations import configurations, covering_lp
 from condor_sched.simulate.offload import OffloadDevice
 from condor_sched.simulate.workloads import SYNTHETIC_OFFLOADS, SimJob
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from condor_sched.inventory import Inventory
-from condor_sched.policies.base import PlanSettings, get_policy
+from condor_sched.modes.planning import PlanSettings
+from condor_sched.modes.registry import get_policy
 from condor_sched.profiles import ProfileStore
 from condor_sched.simulate.engine import DEFAULT_CYCLE_S, RunResult, first_nodes, phi_inventory, simulate, xeon_inventory
 from condor_sched.simulate.metrics import mean_metrics, run_metrics

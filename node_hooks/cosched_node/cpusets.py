@@ -111,7 +111,7 @@ def lowest_free(node: Sequence[int], held: Iterable[int], count: int) -> Optiona
 
 def guest_share(mate_cores: int, sharing_factor: float) -> int:
     """k, the cores a guest takes of a mate of ``mate_cores``: floor(cores x SharingFactor),
-    at most cores - 1 (as ``condor_sched.policies.sd.guest_cores``)."""
+    at most cores - 1 (as ``condor_sched.modes.mates.sd.guest_cores``)."""
     if mate_cores < 1:
         return 0
     return max(0, min(math.floor(mate_cores * sharing_factor), mate_cores - 1))

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from fuzzing import fuzz_settings, run_bounded
 
-from condor_sched.policies.gpu_fleet import GpuFleet
+from condor_sched.modes.gpus.fleet import GpuFleet
 from condor_sched.simulate.cpu_jobs import read_swf_nodes
 from condor_sched.simulate.openb import (
     MAX_CPU_MILLI, MAX_GPUS, MAX_INFLATED_TASKS, MAX_MEMORY_MIB, MAX_TIME_S, OpenbError, OpenbTask, inflate,

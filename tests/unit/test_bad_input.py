@@ -8,11 +8,12 @@ from pathlib import Path
 import classad2
 import pytest
 
-from condor_sched import classads
+from condor_sched.classads import snapshot_files as classads
 from condor_sched.classads import SnapshotError, read_ads
 from condor_sched.cycle import CycleConfig, CycleMemory, decide_cycle
 from condor_sched.device_kinds import PHI
-from condor_sched.policies.base import PlanSettings, get_policy
+from condor_sched.modes.planning import PlanSettings
+from condor_sched.modes.registry import get_policy
 from condor_sched.profiles import ProfileStore
 from condor_sched.snapshot import load_snapshot
 

@@ -9,9 +9,10 @@ from hypothesis import given, settings as hsettings, strategies as st
 from ortools.sat.python import cp_model
 
 from condor_sched.model import Job, JobKey, JobStatus, Resources, Slot, SlotKind
-from condor_sched.policies import PlanRequest, PlanSettings, get_policy
-from condor_sched.policies import devices as dv
-from condor_sched.policies.bounds import aggregate_upper_bound, device_groups, group_lp, placed_upper_bound
+from condor_sched.modes.planning import PlanRequest, PlanSettings
+from condor_sched.modes.registry import get_policy
+from condor_sched.modes.devices import capacity as dv
+from condor_sched.modes.devices.bounds import aggregate_upper_bound, device_groups, group_lp, placed_upper_bound
 
 
 def job(i: int, mem: int, threads: int, cpus: int = 1) -> Job:
@@ -111,7 +112,7 @@ def test_lp_pack_plan_is_deterministic() -> None:
 
 
 def test_global_stays_within_its_limit_on_a_hard_diverse_queue() -> None:
-    from condor_sched.policies import packed
+    from condor_sched.modes.devices import lp_pack as packed
 
     jobs, slots = diverse(4000, 800, seed=7)
     limit = 0.6
@@ -136,7 +137,7 @@ diverse_queues = st.tuples(st.integers(1, 60), st.integers(1, 8), st.integers(0,
 def test_knapsack_reusing_answers_gives_the_plain_mcck_plan(queue) -> None:
     """The exact speed-up (the last answer on an equal device taken again while it still
     fits) gives the same plan as solving every device's knapsack afresh."""
-    from condor_sched.policies.knapsack import JobPool, greedy_fill
+    from condor_sched.modes.devices.knapsack import JobPool, greedy_fill
 
     n_jobs, n_devices, seed = queue
     jobs, slots = diverse(n_jobs, n_devices, seed)
@@ -176,7 +177,8 @@ def test_lp_pack_never_places_fewer_jobs_than_knapsack_on_small_pools(queue) -> 
 
 
 def test_the_sidecar_default_is_a_registered_device_policy() -> None:
-    from condor_sched.policies import PolicyKind, policy_names
+    from condor_sched.modes.planning import PolicyKind
+    from condor_sched.modes.registry import policy_names
     from condor_sched.settings import SidecarSettings, settings_from_knobs
 
     assert SidecarSettings().policy in policy_names(PolicyKind.DEVICE)

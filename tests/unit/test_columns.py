@@ -6,10 +6,11 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from condor_sched.policies import PlanRequest, PlanSettings, get_policy
-from condor_sched.policies import columns as cg
-from condor_sched.policies import devices as dv
-from condor_sched.policies.bounds import placed_upper_bound
+from condor_sched.modes.planning import PlanRequest, PlanSettings
+from condor_sched.modes.registry import get_policy
+from condor_sched.modes.devices import columns as cg
+from condor_sched.modes.devices import capacity as dv
+from condor_sched.modes.devices.bounds import placed_upper_bound
 
 from test_bounds_and_packing import device, diverse, job
 

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, event, given, settings as hsettings, strateg
 
 from condor_sched.cycle import CycleConfig, CycleMemory, decide_cycle
 from condor_sched.model import Resources
-from condor_sched.policies.base import PlanSettings, assigned_request, get_policy
+from condor_sched.modes.planning import PlanSettings, assigned_request
+from condor_sched.modes.registry import get_policy
 from condor_sched.simulate.workloads import default_profiles
 from condor_sched.snapshot import load_snapshot
 

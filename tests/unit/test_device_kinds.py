@@ -19,7 +19,7 @@ from condor_sched.cycle import CycleConfig, CycleMemory, decide_cycle
 from condor_sched.device_kinds import DeviceKind, DeviceKindError, register_device_kind, unregister_device_kind
 from condor_sched.inventory import Device, Inventory, Node, Socket, node_config, node_slots
 from condor_sched.model import JobStatus, PoolState, SlotKind
-from condor_sched.policies.base import get_policy
+from condor_sched.modes.registry import get_policy
 from condor_sched.simulate.engine import simulate
 from condor_sched.simulate.workloads import SimJob
 

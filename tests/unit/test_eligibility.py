@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from condor_sched.classads import eligible_slots, job_from_ad
 from condor_sched.cli import DEFAULT_SNAPSHOT, main
 from condor_sched.model import Job, JobKey, JobStatus, Resources, Slot, SlotKind
-from condor_sched.policies.base import PlanRequest, PlanSettings, PolicyKind, get_policy, policy_names, run_policy
+from condor_sched.modes.planning import PlanRequest, PlanSettings, PolicyKind, run_policy
+from condor_sched.modes.registry import get_policy, policy_names
 
 NODE3_ONLY = '(TARGET.Machine == "node3.cosched.test")'
 

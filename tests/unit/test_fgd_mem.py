@@ -4,11 +4,12 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from condor_sched.policies.fgd import TargetWorkload
-from condor_sched.policies.fgd import fragmentation as fgd_fragmentation
-from condor_sched.policies.fgd_mem import MemoryTarget, fragmentation
-from condor_sched.policies.gpu_fleet import GpuFleet, GpuPlacement, GpuTask
-from condor_sched.policies.gpu_policies import GpuPlanContext, free_gpu_milli, gpu_policy, typical_tasks
+from condor_sched.modes.gpus.fgd import TargetWorkload
+from condor_sched.modes.gpus.fgd import fragmentation as fgd_fragmentation
+from condor_sched.modes.gpus.fgd_mem import MemoryTarget, fragmentation
+from condor_sched.modes.gpus.fleet import GpuFleet, GpuPlacement, GpuTask
+from condor_sched.modes.gpus.fleet_policy import GpuPlanContext, free_gpu_milli, typical_tasks
+from condor_sched.modes.registry import gpu_policy
 
 
 def fleet_of(nodes: int, memory_mib: int = 131072, gpus: int = 2) -> GpuFleet:

@@ -4,8 +4,9 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from condor_sched.policies.gpu_fleet import GpuFleet, GpuTask
-from condor_sched.policies.gpu_policies import GpuPlanContext, gpu_policy, typical_tasks
+from condor_sched.modes.gpus.fleet import GpuFleet, GpuTask
+from condor_sched.modes.gpus.fleet_policy import GpuPlanContext, typical_tasks
+from condor_sched.modes.registry import gpu_policy
 
 
 def fleet_of(nodes: int, gpus: int = 2, cpu: int = 32000) -> GpuFleet:

@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from condor_sched.policies.fgd import TargetWorkload, node_scores
-from condor_sched.policies.gpu_fleet import GpuFleet, GpuPlacement, GpuTask
-from condor_sched.policies.gpu_policies import GpuPlanContext, free_gpu_milli, gpu_policy, gpu_policy_names, typical_tasks
+from condor_sched.modes.gpus.fgd import TargetWorkload, node_scores
+from condor_sched.modes.gpus.fleet import GpuFleet, GpuPlacement, GpuTask
+from condor_sched.modes.gpus.fleet_policy import GpuPlanContext, free_gpu_milli, typical_tasks
+from condor_sched.modes.registry import gpu_policy, gpu_policy_names
 from condor_sched.simulate.openb import run_inflation
 from condor_sched.simulate.packing_bound import one_gpu_packings, unallocated_lower_bound_milli
 

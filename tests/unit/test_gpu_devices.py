@@ -1,5 +1,5 @@
 """Paper 002's device policies on GPUs through the ``gpu`` kind's device view
-(``condor_sched.policies.gpu_devices``, issue 13), the ``gpu`` kind record, and GPU nodes
+(``condor_sched.modes.gpus.on_devices``, issue 13), the ``gpu`` kind record, and GPU nodes
 whose jobs run under one execute account."""
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pytest
 
 from condor_sched.device_kinds import GPU, NODE_LAYOUT, DeviceKindError, device_kind, device_kinds
 from condor_sched.model import MAX_GPU_COMPUTE_OVERCOMMIT
-from condor_sched.policies.gpu_devices import device_policy_names
-from condor_sched.policies.gpu_fleet import NO_OWNER, GpuFleet, GpuPlacement, GpuTask
-from condor_sched.policies.gpu_policies import GpuPlanContext, gpu_policy
+from condor_sched.modes.registry import device_policy_names
+from condor_sched.modes.gpus.fleet import NO_OWNER, GpuFleet, GpuPlacement, GpuTask
+from condor_sched.modes.gpus.fleet_policy import GpuPlanContext
+from condor_sched.modes.registry import gpu_policy
 from test_gpu_sharing import decide, gpu_job, gpu_node_ad, pins_of
 
 ROOT = Path(__file__).resolve().parents[2]

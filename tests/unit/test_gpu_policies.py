@@ -8,10 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from condor_sched.policies.base import PolicyError
-from condor_sched.policies.fgd import TargetWorkload, fgd_scores, fragmentation
-from condor_sched.policies.gpu_fleet import GpuFleet, GpuPlacement, GpuTask
-from condor_sched.policies.gpu_policies import GpuPlanContext, gpu_policy, gpu_policy_names, typical_tasks
+from condor_sched.modes.planning import PolicyError
+from condor_sched.modes.gpus.fgd import TargetWorkload, fgd_scores, fragmentation
+from condor_sched.modes.gpus.fleet import GpuFleet, GpuPlacement, GpuTask
+from condor_sched.modes.gpus.fleet_policy import GpuPlanContext, typical_tasks
+from condor_sched.modes.registry import gpu_policy, gpu_policy_names
 
 PUBLISHED = ["best-fit", "dot-product", "fgd", "gpu-clustering", "gpu-packing", "random-fit"]
 #: The published six and ours (``fgd-pack``, ``fgd-mem``, ``fgd-mem-batch``).

@@ -1,4 +1,4 @@
-"""GPU sharing on a live pool (``condor_sched.gpu_sharing``, issue 13): from ClassAds as a pool
+"""GPU sharing on a live pool (``condor_sched.modes.gpus.live``, issue 13): from ClassAds as a pool
 shows them, through ``decide_cycle``, to the edits the sidecar writes (a recording editor)."""
 from __future__ import annotations
 

@@ -175,7 +175,7 @@ def test_a_mates_base_limit_in_range_is_restored_and_a_lengthened_limit_stops_at
     guest = job_ad(1, requested=2000, CoSchedPinSlot="slot2@node1.test", CoSchedPinCycle=1, CoSchedPinMate="1.0")
     (restore,) = decide_nodes([mate, guest], node_slot_ads("node1", busy_cpus=8), cycle=20).node_sharing.restore
     assert dict(restore.writes)["AllowedExecuteDuration"] == "3600"
-    from condor_sched.node_sharing import lengthen_change
+    from condor_sched.modes.mates.live import lengthen_change
     from condor_sched.model import Job, JobStatus, Resources
     huge = Job(key(0), "alice", JobStatus.RUNNING, Resources(cpus=8), requested_runtime_s=MAX_EXECUTE_DURATION_S - 5,
                malleable=True)

@@ -9,7 +9,8 @@ import pytest
 
 from condor_sched.cycle import BOUNDED_POLICIES, CycleConfig, CycleMemory, PlanCache, decide_cycle
 from condor_sched.model import Job, JobKey, JobStatus, PoolState, Resources, Slot, SlotKind
-from condor_sched.policies.base import PlanSettings, get_policy
+from condor_sched.modes.planning import PlanSettings
+from condor_sched.modes.registry import get_policy
 from condor_sched.simulate.engine import Simulation, phi_inventory
 from condor_sched.simulate.metrics import run_metrics, to_json
 from condor_sched.simulate.workloads import distribution_jobs, table1_jobs
@@ -146,7 +147,7 @@ def test_a_large_queue_is_followed_by_its_changes_and_decides_the_same(monkeypat
     """Past ``_PATCH_MIN_JOBS`` the cycle patches its covered jobs and each shape's rows (and,
     with aging, their starving order) with what came and went (``CoveredJobs``,
     ``ShapeQueues``) rather than rebuild them."""
-    from condor_sched import cycle
+    from condor_sched import cycle_cache as cycle
 
     rebuilds = {"covered": 0, "shapes": 0}  # of a long queue
     covered_rebuild, shapes_rebuild = cycle.CoveredJobs._rebuild, cycle.ShapeQueues._rebuild

@@ -6,11 +6,12 @@ import itertools
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from condor_sched.policies.base import PlanRequest
+from condor_sched.modes.planning import PlanRequest
 from condor_sched.model import Job, JobKey, JobStatus, Resources, Slot, SlotKind
-from condor_sched.policies import PlanSettings, get_policy
-from condor_sched.policies.devices import count_weight, eq1_value, scaled_value
-from condor_sched.policies.knapsack import dp_bounded, solve_knapsack
+from condor_sched.modes.planning import PlanSettings
+from condor_sched.modes.registry import get_policy
+from condor_sched.modes.devices.capacity import count_weight, eq1_value, scaled_value
+from condor_sched.modes.devices.knapsack import dp_bounded, solve_knapsack
 
 
 def job(i: int, mem: int, threads: int, cpus: int = 1, host_mb: int = 0, submitted: int | None = None) -> Job:

@@ -1,9 +1,10 @@
 """``lp-pack``'s upgrade pass: plans placing as many jobs, larger ones, so moves place more."""
 from __future__ import annotations
 
-from condor_sched.policies import PlanRequest, PlanSettings, get_policy
-from condor_sched.policies import devices as dv
-from condor_sched.policies import packed
+from condor_sched.modes.planning import PlanRequest, PlanSettings
+from condor_sched.modes.registry import get_policy
+from condor_sched.modes.devices import capacity as dv
+from condor_sched.modes.devices import lp_pack as packed
 from test_bounds_and_packing import device, diverse, job
 from test_lp_pack_repair import check_valid, plan_on
 

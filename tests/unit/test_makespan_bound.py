@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from condor_sched.policies import PlanSettings
+from condor_sched.modes.planning import PlanSettings
 from condor_sched.simulate.makespan_bound import makespan_lower_bound
 from condor_sched.simulate.study import run, spec_for
 from condor_sched.simulate.workloads import SimJob, load_workload

@@ -1,4 +1,4 @@
-"""Paper 001's live mapping (``condor_sched.node_sharing``): from ClassAds as a live pool shows
+"""Paper 001's live mapping (``condor_sched.modes.mates.live``): from ClassAds as a live pool shows
 them, through ``decide_cycle``, to the edits the sidecar writes (a recording editor)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from condor_sched.classads import state_from_ads
 from condor_sched.cycle import CycleConfig, CycleMemory, decide_cycle
 from condor_sched.model import JobKey
-from condor_sched.policies import get_policy
+from condor_sched.modes.registry import get_policy
 from condor_sched.settings import SettingsError, settings_from_knobs
 from condor_sched.sidecar import apply_cycle
 from test_sidecar import RecordingEditor

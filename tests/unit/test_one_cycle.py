@@ -18,7 +18,8 @@ from condor_sched import pool
 from condor_sched.cli import main
 from condor_sched.cycle import CycleConfig, CycleMemory, decide_cycle
 from condor_sched.model import Job, JobKey, JobStatus, PoolState, Resources, Slot, SlotKind
-from condor_sched.policies.base import PlanSettings, get_policy
+from condor_sched.modes.planning import PlanSettings
+from condor_sched.modes.registry import get_policy
 from condor_sched.profiles import ProfileStore, default_profiles_dir
 from condor_sched.settings import SidecarSettings
 from condor_sched.sidecar import Sidecar

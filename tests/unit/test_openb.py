@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from condor_sched.policies.gpu_fleet import GpuFleet, GpuTask
-from condor_sched.policies.gpu_policies import gpu_policy
+from condor_sched.modes.gpus.fleet import GpuFleet, GpuTask
+from condor_sched.modes.registry import gpu_policy
 from condor_sched.simulate.openb import (
     MODEL_GPU_MEMORY_MB,
     OpenbError,

@@ -4,8 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from condor_sched.policies.gpu_fleet import GpuFleet, GpuTask
-from condor_sched.policies.gpu_policies import GpuPlanContext, gpu_policy
+from condor_sched.modes.gpus.fleet import GpuFleet, GpuTask
+from condor_sched.modes.gpus.fleet_policy import GpuPlanContext
+from condor_sched.modes.registry import gpu_policy
 from condor_sched.simulate.openb import OpenbTask
 from condor_sched.simulate.openb_replay import ReplayError, fleet_subset, run_replay
 

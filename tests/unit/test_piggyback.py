@@ -5,7 +5,7 @@ from condor_sched.cycle import CycleConfig
 from condor_sched.inventory import default_inventory_path, load_inventory, node_slots
 from condor_sched.model import Job, JobKey, JobStatus, PoolState, Resources
 from condor_sched.piggyback import exploration_scales
-from condor_sched.policies import get_policy
+from condor_sched.modes.registry import get_policy
 from condor_sched.profiles import ProfileStore, default_profiles_dir
 from condor_sched.settings import SidecarSettings
 from condor_sched.sidecar import Sidecar

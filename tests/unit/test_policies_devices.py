@@ -7,9 +7,10 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from condor_sched.policies.base import PlanRequest
+from condor_sched.modes.planning import PlanRequest
 from condor_sched.model import Job, JobKey, JobStatus, Resources, Slot, SlotKind
-from condor_sched.policies import PlanSettings, get_policy, policy_names
+from condor_sched.modes.planning import PlanSettings
+from condor_sched.modes.registry import get_policy, policy_names
 
 DEVICE_POLICIES = ["knapsack", "global", "exclusive", "random", "lp-pack"]
 
@@ -181,7 +182,7 @@ def test_a_full_device_job_is_eventually_placed_under_aging(name: str) -> None:
 def test_global_large_pool_path_keeps_the_invariants(js, ss) -> None:
     """Force the path of large pools (pattern model + neighbourhood search, one device a
     step) on small ones."""
-    from condor_sched.policies import neighbourhood
+    from condor_sched.modes.devices import neighbourhood
 
     jobs, slots = build(js, ss)
     s = PlanSettings(solver_time_limit_s=0.5, deterministic=True)

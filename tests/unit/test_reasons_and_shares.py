@@ -16,7 +16,7 @@ from condor_sched.cycle import CycleConfig, CycleMemory, decide_cycle
 from condor_sched.explain import explain, find_job
 from condor_sched.fairshare import dominant_share, fair_order, fair_window
 from condor_sched.model import JobKey, JobStatus, PoolState, Resources, RunningJob, SlotKind
-from condor_sched.policies.base import get_policy
+from condor_sched.modes.registry import get_policy
 from condor_sched.sidecar import apply_cycle, reasons_to_write
 
 PIN = "(TARGET.Name =?= MY.CoSchedPinSlot)"

@@ -4,12 +4,24 @@ import math
 import pytest
 
 from condor_sched.model import Job, JobKey, JobStatus, Resources, RunningJob, Slot, SlotKind
-from condor_sched.policies import PlanRequest, PlanSettings, get_policy
-from condor_sched.policies.backfill import (
-    SLURM_DEFAULTS, SlurmBackfillConfig, easy_backfill, slurm_backfill_pass, slurm_main_schedule,
+from condor_sched.modes.planning import PlanRequest, PlanSettings
+from condor_sched.modes.registry import get_policy
+from condor_sched.modes.mates.backfill import (
+    SLURM_DEFAULTS,
+    SlurmBackfillConfig,
+    easy_backfill,
+    slurm_backfill_pass,
+    slurm_main_schedule,
 )
-from condor_sched.policies.cpu_nodes import NodeCluster, Role, RunningNodeJob, RuntimeModel, WaitingJob, progress_rate
-from condor_sched.policies.sd import SdSettings, dynamic_max_slowdown, guest_cores, sd_starts, slurm_sd_starts
+from condor_sched.modes.mates.cpu_nodes import (
+    NodeCluster,
+    Role,
+    RunningNodeJob,
+    RuntimeModel,
+    WaitingJob,
+    progress_rate,
+)
+from condor_sched.modes.mates.sd import SdSettings, dynamic_max_slowdown, guest_cores, sd_starts, slurm_sd_starts
 
 C = 8
 

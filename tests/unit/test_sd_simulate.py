@@ -5,11 +5,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from condor_sched.policies.backfill import (
-    SlurmBackfillConfig, easy_backfill, slurm_backfill_pass, slurm_main_schedule,
+from condor_sched.modes.mates.backfill import (
+    SlurmBackfillConfig,
+    easy_backfill,
+    slurm_backfill_pass,
+    slurm_main_schedule,
 )
-from condor_sched.policies.cpu_nodes import RuntimeModel
-from condor_sched.policies.sd import SdSettings, sd_starts, slurm_sd_starts
+from condor_sched.modes.mates.cpu_nodes import RuntimeModel
+from condor_sched.modes.mates.sd import SdSettings, sd_starts, slurm_sd_starts
 from condor_sched.simulate.cpu_jobs import NodeJob, NodeSimulation, read_swf_nodes, simulate_nodes
 from condor_sched.simulate.workloads import WorkloadError
 

@@ -8,7 +8,7 @@ import pytest
 from condor_sched.model import Assignment, Job, JobKey, JobStatus, Plan, PoolState, Resources, Slot, SlotKind, Unplaced
 from condor_sched.settings import SettingsError, SidecarSettings, settings_from_knobs
 from condor_sched.cycle import CycleConfig, CycleMemory, decide_cycle
-from condor_sched.policies.base import PolicyKind
+from condor_sched.modes.planning import PolicyKind
 from condor_sched.sidecar import Sidecar, apply_cycle
 
 DEV = Resources(cpus=4, memory_mb=1024, device_memory_mb=8192, device_threads=240)
@@ -192,7 +192,7 @@ def test_the_sidecar_refuses_a_thread_overcommit_htcondor_would_not_account():
 
 def test_spread_jobs_go_to_the_spread_policy_and_their_pins_carry_ways_and_bandwidth():
     from condor_sched.inventory import default_inventory_path, load_inventory, node_slots
-    from condor_sched.policies import get_policy
+    from condor_sched.modes.registry import get_policy
     from condor_sched.profiles import ProfileStore, default_profiles_dir
     from condor_sched.sidecar import pin_details
 
@@ -277,7 +277,7 @@ def test_a_started_job_without_remote_host_yet_counts_against_the_slot_it_is_pin
 
 
 def test_exclusive_pins_ask_the_startd_for_the_whole_device_and_other_device_pins_do_not():
-    from condor_sched.policies import get_policy
+    from condor_sched.modes.registry import get_policy
     from condor_sched.sidecar import pin_details
 
     jobs = (device_job(1), device_job(2))

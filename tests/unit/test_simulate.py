@@ -8,7 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from condor_sched.model import Assignment, Plan, SlotKind
-from condor_sched.policies.base import PlanSettings, PolicyKind, policy_names
+from condor_sched.modes.planning import PlanSettings, PolicyKind
+from condor_sched.modes.registry import policy_names
 from condor_sched.simulate.command import simulate_command
 from condor_sched.simulate.engine import phi_inventory, simulate
 from condor_sched.simulate.metrics import run_metrics
@@ -255,7 +256,7 @@ def test_command_reports_bad_input_with_exit_code_2():
 def test_same_seed_gives_identical_metrics_with_the_cp_sat_knapsack_solver():
     if "knapsack" not in policy_names():
         pytest.skip("knapsack policy not registered")
-    from condor_sched.policies.base import get_policy
+    from condor_sched.modes.registry import get_policy
     from condor_sched.simulate.metrics import to_json
 
     jobs = distribution_jobs("normal", 20, seed=4)

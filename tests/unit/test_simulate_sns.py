@@ -8,7 +8,8 @@ from click.testing import CliRunner
 
 from condor_sched.inventory import Inventory, Node, Socket
 from condor_sched.model import Assignment, Plan, SlotKind
-from condor_sched.policies.base import PlanSettings, PolicyKind, get_policy
+from condor_sched.modes.planning import PlanSettings, PolicyKind
+from condor_sched.modes.registry import get_policy
 from condor_sched.profiles import ProfileStore, parse_profile
 from condor_sched.simulate.command import simulate_command
 from condor_sched.simulate.engine import simulate, xeon_inventory

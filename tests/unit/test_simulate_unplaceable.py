@@ -8,7 +8,8 @@ import pytest
 
 from condor_sched.inventory import Inventory, Node, Socket
 from condor_sched.model import Assignment, Plan, SlotKind
-from condor_sched.policies.base import PlanSettings, get_policy
+from condor_sched.modes.planning import PlanSettings
+from condor_sched.modes.registry import get_policy
 from condor_sched.simulate.engine import Simulation, SimulationError, phi_inventory
 from condor_sched.simulate.profile_model import ProfileDrivenModel
 from condor_sched.simulate.workloads import SimJob, default_profiles

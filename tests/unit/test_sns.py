@@ -6,11 +6,11 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from condor_sched.policies.base import PlanRequest
+from condor_sched.modes.planning import PlanRequest
 from condor_sched.inventory import Node, Socket, node_slots
 from condor_sched.model import Job, JobKey, JobStatus, Resources, Slot, SlotKind
-from condor_sched.policies import sns, spread_baselines
-from condor_sched.policies.base import PlanSettings
+from condor_sched.modes.spread import sns, baselines as spread_baselines
+from condor_sched.modes.planning import PlanSettings
 from condor_sched.profiles import ProfileStore, default_profiles_dir, parse_profile
 
 STORE = ProfileStore.load_dir(default_profiles_dir())
@@ -284,7 +284,7 @@ def test_plans_never_exceed_capacity_and_place_jobs_whole(policy, scenario):
 # ---------------------------------------------------------------------------------------
 # sns-global
 
-from condor_sched.policies import sns_global  # noqa: E402
+from condor_sched.modes.spread import sns_global  # noqa: E402
 
 
 def test_global_beats_greedy_when_spreading_the_first_job_blocks_the_second():

@@ -6,9 +6,10 @@ from collections import Counter
 from dataclasses import replace
 
 from condor_sched.model import JobStatus, RunningJob, Slot
-from condor_sched.policies import PlanRequest, PlanSettings, get_policy
-from condor_sched.policies.knapsack import greedy_plan
-from condor_sched.policies.thread_fill import thread_profit
+from condor_sched.modes.planning import PlanRequest, PlanSettings
+from condor_sched.modes.registry import get_policy
+from condor_sched.modes.devices.knapsack import greedy_plan
+from condor_sched.modes.devices.thread_fill import thread_profit
 
 from test_bounds_and_packing import device, job
 

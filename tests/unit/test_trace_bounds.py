@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from condor_sched.policies.gpu_fleet import GpuFleet, GpuTask
-from condor_sched.policies.gpu_policies import gpu_policy
+from condor_sched.modes.gpus.fleet import GpuFleet, GpuTask
+from condor_sched.modes.registry import gpu_policy
 from condor_sched.simulate import openb
 from condor_sched.simulate.cpu_jobs import read_swf_nodes
 from condor_sched.simulate.openb import (

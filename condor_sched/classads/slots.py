@@ -1,0 +1,189 @@
+"""Slot ads to :class:`model.Slot` records (:func:`slot_from_ad`): partitionable slots of a
+device kind, GPU nodes and their GPUs, guest and node slots, why a slot takes no new job
+now, and skipped slots (:func:`slots_from_ads`)."""
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+import classad2
+from cosched_node import rules
+
+from condor_sched.classads.plain import (
+    AdError,
+    _PlainAd,
+    _READING_SLOT,
+    _carried,
+    _check_cost,
+    _eval,
+    _lenient,
+    _number,
+    _string,
+)
+from condor_sched.device_kinds import GPU, DeviceKind, device_kinds
+from condor_sched.model import MAX_GPU_COMPUTE_OVERCOMMIT, Gpu, Resources, Skipped, Slot, SlotKind
+
+#: A device name as the execute node accepts it: the request rules live once, in
+#: ``cosched_node.rules`` (``jobs.request_problem``).
+DEVICE_NAME = rules.DEVICE_RE
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+#: Slot states in which a startd takes no new claim (HTCondor's ``State``).
+_UNAVAILABLE_STATES = {"Owner": "is in the Owner state (its START is false)", "Drained": "is drained",
+                       "Preempting": "is preempting its job"}
+
+
+def _unavailable(ad: classad2.ClassAd) -> str | None:
+    """Why a partitionable slot takes no new job now, or None."""
+    if _lenient(ad, "Offline", bool):
+        return "is offline"
+    if _lenient(ad, "Draining", bool) or _lenient(ad, "Activity", str) == "Draining":
+        return "is draining"
+    return _UNAVAILABLE_STATES.get(_lenient(ad, "State", str) or "")
+
+
+def slot_from_ad(ad: classad2.ClassAd) -> Slot | None:
+    """A partitionable slot record; None for other slot ads (dynamic slots are already
+    subtracted from their parent's free resources). Raises AdError on a malformed one, and
+    on one whose expressions cost more than the bound (``_check_cost``: of a snapshot's ad,
+    every attribute; of a live one, what matchmaking walks first)."""
+    _check_cost(ad, tuple(ad.values) if ad.__class__ is _PlainAd else _SLOT_WALKED, slot=True)
+    if ad.__class__ is _PlainAd:  # a file's ad (a live one came as ClassAd text, which holds no NUL)
+        for attr, value in ad.values.items():
+            if value.__class__ is str and "\0" in value:
+                _carried(attr, value)
+    reading = _READING_SLOT.set(True)
+    try:
+        return _slot_record(ad)
+    finally:
+        _READING_SLOT.reset(reading)
+
+
+def _slot_record(ad: classad2.ClassAd) -> Slot | None:
+    if _eval(ad, "PartitionableSlot") is not True:
+        return None
+    name = _string(ad, "Name", required=True)
+    machine = _string(ad, "Machine", required=True)
+
+    kinds = [k for k in device_kinds() if _number(ad, f"TotalSlot{k.memory_attr}", required=False) > 0]
+    if len(kinds) > 1:
+        raise AdError(f"TotalSlot{kinds[1].memory_attr}", f"a slot holds one device, but it also has {kinds[0].name}")
+    kind = kinds[0] if kinds else None
+
+    def amounts(prefix: str) -> Resources:
+        return Resources(
+            cpus=_number(ad, f"{prefix}Cpus", required=True),
+            memory_mb=_number(ad, f"{prefix}Memory", required=True),
+            device_memory_mb=_number(ad, f"{prefix}{kind.memory_attr}", required=False) if kind else 0,
+            device_threads=_number(ad, f"{prefix}{kind.compute_attr}", required=False) if kind else 0,
+            llc_ways=_number(ad, f"{prefix}LLCWays", required=False),
+            mem_bw_gbs=_number(ad, f"{prefix}MemBW", required=False, integer=False),
+        )
+
+    total, free = amounts("TotalSlot"), amounts("")
+    cache_id = _number(ad, "LLCCacheId", required=False, default=None) if "LLCCacheId" in ad else None
+    slot_kind = SlotKind.DEVICE if kind else SlotKind.SOCKET
+    gpus: tuple[Gpu, ...] = ()
+    single_account = False
+    if kind is None and _lenient(ad, GPU.node_attr, bool):
+        slot_kind, gpus = SlotKind.GPU_NODE, _gpus_of(ad)
+        single_account = _lenient(ad, GPU_SINGLE_ACCOUNT_ATTR, bool) is True
+    elif kind is None and _lenient(ad, "CoSchedGuestSlot", bool):
+        slot_kind = SlotKind.GUEST
+    elif kind is None and _lenient(ad, "CoSchedNodeSlot", bool):
+        slot_kind = SlotKind.NODE
+    return Slot(name=name, machine=machine, kind=slot_kind, total=total,
+                free=free, device_name=_device_name(ad, kind), cache_id=cache_id,
+                device_kind=kind.name if kind else None,
+                updated_at_s=_number(ad, "LastHeardFrom", required=False) or _number(ad, "MyCurrentTime", required=False),
+                children=_child_names(ad), unavailable=_unavailable(ad) or _no_guests(ad, slot_kind), gpus=gpus,
+                gpu_single_account=single_account)
+
+
+#: The most GPUs a GPU node slot may hold (the schedd transform of config.d/10 defines the
+#: claim's requests for GPU indices 0..MAX_GPUS_PER_NODE-1).
+MAX_GPUS_PER_NODE = GPU.max_per_node
+GPU_UUID = re.compile(r"^(?:GPU|MIG)-[A-Za-z0-9-]{1,80}$")
+GPU_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._()/-]{0,63}$")
+#: A GPU node whose jobs all run under one execute account (its node config says so).
+GPU_SINGLE_ACCOUNT_ATTR = f"{GPU.resource_prefix}SingleAccount"
+
+
+def _gpus_of(ad: classad2.ClassAd) -> tuple[Gpu, ...]:
+    """A GPU node slot's GPUs (``CoSchedGPUCount``, and per GPU k ``CoSchedGPU<k>Uuid``,
+    ``...DeviceName``, ``...Capability``, and the resources ``[TotalSlot]CoSchedGPU<k>Memory``
+    and ``...Compute`` HTCondor accounts; names from the ``gpu`` kind's record); AdError
+    naming the first bad attribute."""
+    count = _number(ad, GPU.count_attr, required=True, minimum=1, maximum=MAX_GPUS_PER_NODE)
+    gpus = []
+    seen: dict[str, str] = {}
+    for k in range(count):
+        uuid_attr, model_attr = GPU.resource_attr(k, "Uuid"), GPU.resource_attr(k, "DeviceName")
+        memory_attr, compute_attr = GPU.resource_attr(k, "Memory"), GPU.resource_attr(k, "Compute")
+        uuid = _string(ad, uuid_attr, required=True)
+        if not GPU_UUID.match(uuid):
+            raise AdError(uuid_attr, f"must be a GPU or MIG uuid ({GPU_UUID.pattern}), got {_shown(uuid)}")
+        if uuid.lower() in seen:
+            raise AdError(uuid_attr, f"repeats {seen[uuid.lower()]} ({uuid}): one GPU advertised twice")
+        seen[uuid.lower()] = uuid_attr
+        model = _string(ad, model_attr, required=True)
+        if not GPU_MODEL.match(model):
+            raise AdError(model_attr, f"must be a GPU model name ({GPU_MODEL.pattern}), got {_shown(model)}")
+        memory = _number(ad, f"TotalSlot{memory_attr}", required=True, minimum=1)
+        compute = _number(ad, f"TotalSlot{compute_attr}", required=True, minimum=GPU.whole_compute,
+                          maximum=int(MAX_GPU_COMPUTE_OVERCOMMIT * GPU.whole_compute))
+        gpus.append(Gpu(index=k, uuid=uuid, model=model, memory_mb=memory,
+                        free_memory_mb=_number(ad, memory_attr, required=True, maximum=memory),
+                        free_compute=_number(ad, compute_attr, required=True, maximum=compute), compute=compute,
+                        capability=_number(ad, GPU.resource_attr(k, "Capability"), required=False, integer=False,
+                                           maximum=100.0)))
+    return tuple(gpus)
+
+
+def _no_guests(ad: classad2.ClassAd, kind: SlotKind) -> str | None:
+    """Why a GUEST slot hosts no guest: its node agent does not say it can move cores between
+    jobs (``CoSchedNodeSharing``, advertised by the node's startd cron)."""
+    if kind is not SlotKind.GUEST or _lenient(ad, "CoSchedNodeSharing", bool) is True:
+        return None
+    return "hosts no guest: its node agent cannot set cgroup-v2 cpusets (CoSchedNodeSharing is not true)"
+
+
+def _device_name(ad: classad2.ClassAd, kind: DeviceKind | None) -> str | None:
+    """The device a device slot holds (None: not named), as the execute node accepts it."""
+    name = _string(ad, kind.device_name_attr) if kind else None
+    if name is not None and not DEVICE_NAME.match(name):
+        raise AdError(kind.device_name_attr, f"must be a device name ({DEVICE_NAME.pattern}), got {_shown(name)}")
+    return name
+
+
+def _child_names(ad: classad2.ClassAd) -> tuple[str, ...] | None:
+    """The ad's ``ChildName`` list of dynamic slot names, None when absent or not a list of strings."""
+    names = _eval(ad, "ChildName")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return None
+    return tuple(names)
+
+
+def slots_from_ads(ads: Iterable[classad2.ClassAd]) -> tuple[list[tuple[Slot, classad2.ClassAd]], list[Skipped]]:
+    """Partitionable slot records, each with its ad, and the slots skipped with the reason."""
+    slots: list[tuple[Slot, classad2.ClassAd]] = []
+    skipped: list[Skipped] = []
+    for ad in ads:
+        try:
+            slot = slot_from_ad(ad)
+        except AdError as e:
+            skipped.append(Skipped(f"slot {ad.get('Name', '?')}", str(e)))
+            continue
+        if slot is not None:
+            slots.append((slot, ad))
+    return slots, skipped
+
+
+#: The slot expressions matchmaking walks for references (START, and the slot's own
+#: Requirements and Rank): checked on every live slot ad before they are.
+_SLOT_WALKED = ("Start", "Requirements", "Rank")

@@ -1,0 +1,291 @@
+"""GPU sharing on a live pool (issue 13), pure: which GPU jobs to pin to which GPUs.
+
+A GPU node is one partitionable slot (``SlotKind.GPU_NODE``) whose every GPU's memory and
+compute are custom resources HTCondor accounts (README "GPU sharing"). A GPU job asks for a
+share of one GPU (``request_GPUCompute`` < 1000, ``request_GPUMemory``) or whole GPUs
+(``request_GPUs``). Each cycle, for the GPU jobs only:
+
+* an idle job's pin is kept unless it went stale (slot gone or unavailable, the node refused
+  the start, not matched within ``unpin_age_cycles``, GPUs the slot does not have), and kept
+  pins are checked together against each GPU's totals (older pins first);
+* an idle job that no GPU node could hold even empty is held with the reason; others are
+  enrolled (the pin clause) and planned by the GPU policy (``COSCHED_GPU_POLICY``,
+  ``policies/gpu_policies.py``) on a :class:`GpuFleet` built from the slots' free amounts,
+  less what kept pins and jobs the ads do not show yet hold;
+* a GPU that runs (or is pinned to) a share of one Owner takes shares of that Owner only:
+  MPS runs one server per Linux user, and another user's client waits until that server's
+  clients have all exited (FACTS.md).
+
+A pin writes ``CoSchedPinGPUs``, ``CoSchedPinGPUMemory`` and ``CoSchedPinGPUCompute`` before
+``CoSchedPinSlot``; the schedd transform makes the claim request exactly those GPUs' shares.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import classad2
+import numpy as np
+
+from condor_sched.model import (
+    HOLDS_A_SLOT, PIN_CYCLE_ATTR, PIN_GPU_COMPUTE_ATTR, PIN_GPU_MEMORY_ATTR, PIN_GPUS_ATTR, PIN_SLOT_ATTR,
+    PIN_TIME_ATTR, WHOLE_GPU, Gpu, Job, JobKey, JobStatus, Plan, PoolState, Slot, SlotKind, Unplaced,
+    partitionable_slot_of,
+)
+from condor_sched.consistency import claim_not_yet_in_ad
+from condor_sched.device_kinds import GPU
+from condor_sched.edits import JobChange
+from condor_sched.modes.planning import PlanSettings
+from condor_sched.modes.gpus.fleet import GpuFleet, GpuPlacement, GpuTask
+from condor_sched.modes.gpus.fleet_policy import GpuPlanContext, GpuPolicy, typical_tasks
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPin:
+    """Pin ``job`` to GPUs ``gpus`` of GPU node slot ``slot``, taking ``memory_mb`` and
+    ``compute`` (thousandths) of each."""
+
+    job: JobKey
+    slot: str
+    gpus: tuple[int, ...]
+    memory_mb: int
+    compute: int
+
+    def change(self, cycle: int, now_s: float) -> JobChange:
+        """The pin's writes: what it takes first (alone it matches nothing), the slot last."""
+        return JobChange(self.job, ((PIN_CYCLE_ATTR, str(cycle)), (PIN_TIME_ATTR, str(int(now_s))),
+                                    (PIN_GPU_MEMORY_ATTR, str(self.memory_mb)),
+                                    (PIN_GPU_COMPUTE_ATTR, str(self.compute)),
+                                    (PIN_GPUS_ATTR, classad2.quote(",".join(map(str, self.gpus)))),
+                                    (PIN_SLOT_ATTR, classad2.quote(self.slot))))
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSharingDecision:
+    """What a cycle decides for GPU jobs: pins kept, unpins (key, reason), jobs to enroll (key,
+    their Requirements), holds (key, reason), new pins, each idle GPU job's reason, the plan."""
+
+    kept: tuple[JobKey, ...] = ()
+    unpins: tuple[tuple[JobKey, str], ...] = ()
+    enrolls: tuple[tuple[JobKey, str | None], ...] = ()
+    holds: tuple[tuple[JobKey, str], ...] = ()
+    pins: tuple[GpuPin, ...] = ()
+    reasons: Mapping[JobKey, str] = field(default_factory=dict)
+    plan: Plan | None = None
+
+
+def _properties(gpu: Gpu) -> classad2.ClassAd:
+    """A GPU as ``require_gpus`` sees it (HTCondor's GPU property names)."""
+    return classad2.ClassAd({"DeviceName": gpu.model, "Capability": gpu.capability,
+                             "GlobalMemoryMb": gpu.memory_mb, "DeviceUuid": gpu.uuid})
+
+
+def accepted_models(require: str | None, gpus: Sequence[Gpu], cache: dict) -> frozenset[str] | None:
+    """The GPU models whose properties satisfy ``require`` (``require_gpus``); None: any. A
+    GPU of a model is taken as the model's first GPU (one model, one set of properties)."""
+    if require is None:
+        return None
+    if require not in cache:
+        expr = classad2.ExprTree(require)
+        models = set()
+        for gpu in {g.model: g for g in reversed(gpus)}.values():
+            try:
+                if expr.eval(_properties(gpu)) is True:
+                    models.add(gpu.model)
+            except Exception:  # noqa: BLE001 - a job's expression that does not evaluate accepts nothing
+                pass
+        cache[require] = frozenset(models)
+    return cache[require]
+
+
+class _Fleet:
+    """The GPU node slots as a :class:`GpuFleet`, with their names, GPUs and owners."""
+
+    def __init__(self, slots: Sequence[Slot], owner_code: Mapping[str, int]) -> None:
+        self.slots = list(slots)
+        self.fleet = GpuFleet([s.name for s in slots], [s.gpus[0].model for s in slots],
+                              [s.total.cpus * 1000 for s in slots], [s.total.memory_mb for s in slots],
+                              [[g.memory_mb for g in s.gpus] for s in slots],
+                              compute_capacity=max((g.compute for s in slots for g in s.gpus), default=WHOLE_GPU))
+        f = self.fleet
+        for row, slot in enumerate(slots):
+            f.cpu_free_milli[row] = slot.free.cpus * 1000
+            f.memory_free_mib[row] = slot.free.memory_mb
+            for g in slot.gpus:
+                f.gpu_capacity_milli[row, g.index] = g.compute
+                f.gpu_free_milli[row, g.index] = g.free_compute
+                f.gpu_memory_free_mb[row, g.index] = g.free_memory_mb
+            f.single_account[row] = slot.gpu_single_account
+        self.row = {s.name: i for i, s in enumerate(slots)}
+        self.owner_code = owner_code
+
+    def take(self, job: Job, slot: str, gpus: Sequence[int]) -> None:
+        """Take what ``job`` holds on ``gpus`` of ``slot`` out of the free amounts (a job the
+        slot's ad does not show yet, a kept pin), and mark the GPUs its Owner's."""
+        row, f, req = self.row[slot], self.fleet, job.gpu
+        f.cpu_free_milli[row] -= job.request.cpus * 1000
+        f.memory_free_mib[row] -= job.request.memory_mb
+        for g in gpus:
+            f.gpu_free_milli[row, g] -= req.compute  # type: ignore[union-attr]
+            f.gpu_memory_free_mb[row, g] -= memory_per_gpu(job, self.slots[row].gpus[g])
+
+    def mark_owner(self, job: Job, slot: str, gpus: Sequence[int]) -> None:
+        if job.gpu is not None and job.gpu.shares:
+            for g in gpus:
+                self.fleet.gpu_owner[self.row[slot], g] = self.owner_code[job.owner]
+
+
+def memory_per_gpu(job: Job, gpu: Gpu) -> int:
+    """What ``job`` takes of ``gpu``'s memory: its request, else its compute share of the GPU's."""
+    req = job.gpu
+    if req is None:
+        return 0
+    return req.memory_mb if req.memory_mb is not None else -(-gpu.memory_mb * req.compute // WHOLE_GPU)
+
+
+def _task(job: Job, owner: int, models: frozenset[str] | None) -> GpuTask:
+    req = job.gpu
+    return GpuTask(str(job.key), job.request.cpus * 1000, job.request.memory_mb, req.count,  # type: ignore[union-attr]
+                   req.compute, req.memory_mb, models, owner)  # type: ignore[union-attr]
+
+
+def _stale(job: Job, slots: Mapping[str, Slot], cycle: int, unpin_age: int) -> str | None:
+    slot = slots.get(job.pinned_slot or "")
+    if slot is None or slot.kind is not SlotKind.GPU_NODE:
+        return f"GPU node slot {job.pinned_slot} vanished"
+    if job.start_refused is not None:
+        return f"the execute node refused to start it on {slot.name}: {job.start_refused}"
+    if slot.unavailable is not None:
+        return f"GPU node slot {slot.name} {slot.unavailable}"
+    if len(job.pinned_gpus) != job.gpu.count or any(g >= len(slot.gpus) for g in job.pinned_gpus):  # type: ignore[union-attr]
+        return f"its pin names GPUs {job.pinned_gpus or '(none)'} that {slot.name} does not hold for it"
+    if job.pinned_cycle is None or cycle - job.pinned_cycle >= unpin_age:
+        return f"pin to {slot.name} not matched within {unpin_age} cycles"
+    return None
+
+
+def never_fits(job: Job, slots: Sequence[Slot]) -> str | None:
+    """Why no GPU node slot could hold ``job`` even empty, or None."""
+    req = job.gpu
+    if not slots:
+        return None
+    if req.count > max(len(s.gpus) for s in slots):  # type: ignore[union-attr]
+        return f"request_GPUs = {req.count}: no GPU node has more than {max(len(s.gpus) for s in slots)} GPUs"  # type: ignore[union-attr]
+    if req.compute > max(g.compute for s in slots for g in s.gpus):  # type: ignore[union-attr]
+        return f"request_GPUCompute = {req.compute}: more than a GPU has"  # type: ignore[union-attr]
+    largest = max(g.memory_mb for s in slots for g in s.gpus)
+    if req.memory_mb is not None and req.memory_mb > largest:  # type: ignore[union-attr]
+        return f"request_GPUMemory = {req.memory_mb} MB: the largest GPU has {largest} MB"  # type: ignore[union-attr]
+    if not any(job.request.cpus <= s.total.cpus and job.request.memory_mb <= s.total.memory_mb for s in slots):
+        return (f"request_cpus = {job.request.cpus}, request_memory = {job.request.memory_mb}: no GPU node has "
+                "that many cores and that much memory")
+    return None
+
+
+def _fair_order(jobs: Sequence[Job], running: Sequence[Job], priorities: Mapping[str, float]) -> list[Job]:
+    """Idle GPU jobs in the order the negotiator's shares would serve them: each submitter's
+    jobs by JobPrio, then submit order, interleaved by GPU compute held so far over the
+    submitter's weight (1 / effective priority, HTCondor's convention)."""
+    held: dict[str, float] = {}
+    for job in running:
+        held[job.submitter] = held.get(job.submitter, 0.0) + job.gpu.count * job.gpu.compute  # type: ignore[union-attr]
+    keyed = []
+    for job in sorted(jobs, key=lambda j: (j.submitter, -j.job_prio, j.submitted_at_s, j.key)):
+        held[job.submitter] = held.get(job.submitter, 0.0) + job.gpu.count * job.gpu.compute  # type: ignore[union-attr]
+        weight = 1.0 / max(1e-9, priorities.get(job.submitter, 0.5))
+        keyed.append((held[job.submitter] / weight, job.submitted_at_s, job.key, job))
+    return [k[-1] for k in sorted(keyed, key=lambda t: t[:3])]
+
+
+def decide_gpu_sharing(state: PoolState, cycle: int, policy: GpuPolicy, settings: PlanSettings,
+                       unpin_age_cycles: int) -> GpuSharingDecision:
+    """The GPU part of a cycle (module docstring)."""
+    gpu_jobs = [j for j in state.jobs if j.sharing_mode == "gpus"]
+    if not gpu_jobs:
+        return GpuSharingDecision()
+    slots = {s.name: s for s in state.slots}
+    gpu_slots = [s for s in state.slots if s.kind is SlotKind.GPU_NODE and s.gpus]
+    mixed = {s.name for s in gpu_slots if len({g.model for g in s.gpus}) > 1}
+    owners = {j.owner for j in gpu_jobs}
+    owner_code = {o: i for i, o in enumerate(sorted(owners))}
+    usable = [s for s in gpu_slots if s.unavailable is None and s.name not in mixed]
+    live = _Fleet(usable, owner_code)
+    reasons: dict[JobKey, str] = {}
+    unpins: list[tuple[JobKey, str]] = []
+    running = [j for j in gpu_jobs if j.status in HOLDS_A_SLOT]
+    for job in running:  # who holds which GPU, and claims the ads may not show yet
+        name = partitionable_slot_of(job.remote_slot) if job.remote_slot else job.pinned_slot
+        if name not in live.row or not job.pinned_gpus or any(g >= len(slots[name].gpus) for g in job.pinned_gpus):
+            continue
+        live.mark_owner(job, name, job.pinned_gpus)
+        if claim_not_yet_in_ad(job, slots) == name:
+            live.take(job, name, job.pinned_gpus)
+    idle = [j for j in gpu_jobs if j.status is JobStatus.IDLE]
+    kept: list[Job] = []
+    for job in sorted((j for j in idle if j.pinned_slot is not None), key=lambda j: (j.pinned_cycle or 0, j.key)):
+        why = _stale(job, slots, cycle, unpin_age_cycles)
+        if why is None and job.pinned_slot in mixed:
+            why = f"{job.pinned_slot} holds GPUs of more than one model, which GPU sharing does not plan"
+        if why is None:
+            task = _task(job, owner_code[job.owner], None)
+            try:
+                live.fleet.commit(task, GpuPlacement(live.row[job.pinned_slot], job.pinned_gpus))  # type: ignore[index]
+            except ValueError:
+                why = f"pinned slot {job.pinned_slot} cannot hold it with the pins kept before it"
+        if why is None:
+            kept.append(job)
+        else:
+            unpins.append((job.key, why))
+    kept_keys = {j.key for j in kept}
+    holds, enrolls, to_plan = [], [], []
+    for job in idle:
+        if job.key in kept_keys:
+            continue
+        why = never_fits(job, gpu_slots)
+        if why is not None:
+            holds.append((job.key, f"GPU sharing can never place it: {why}"))
+            continue
+        if not job.has_pin_clause:
+            enrolls.append((job.key, job.attributes.get("Requirements")))
+        to_plan.append(job)
+    every_gpu = [g for s in gpu_slots for g in s.gpus]
+    cache: dict = {}
+    ordered = _fair_order(to_plan, running, state.user_priorities)
+    tasks = [_task(j, owner_code[j.owner], accepted_models(j.attributes.get(GPU.match_request_attr), every_gpu, cache))
+             for j in ordered]
+    context = GpuPlanContext(rng=np.random.default_rng([settings.seed, cycle]),
+                             typical_tasks=typical_tasks(tasks + [_task(j, owner_code[j.owner], None) for j in running]),
+                             settings=settings)
+    placements = policy.place(live.fleet, tasks, context) if usable and tasks else [None] * len(tasks)
+    pins, unplaced = [], []
+    for job, task, where in zip(ordered, tasks, placements):
+        if where is None:
+            reasons[job.key] = why = f"waiting: {_unplaced_reason(job, task, gpu_slots, usable)}"
+            unplaced.append(Unplaced(job.key, why))
+            continue
+        slot = usable[where.node]
+        memory = max(memory_per_gpu(job, slot.gpus[g]) for g in where.gpus)
+        pins.append(GpuPin(job.key, slot.name, tuple(sorted(where.gpus)), memory, job.gpu.compute))  # type: ignore[union-attr]
+        reasons[job.key] = (f"pinned to GPU {','.join(map(str, sorted(where.gpus)))} of {slot.name} in cycle {cycle} "
+                            f"({job.gpu.compute}/1000 of each, {memory} MB)")  # type: ignore[union-attr]
+    plan = Plan(policy.name, (), tuple(unplaced), {"gpu_pins": len(pins), "gpu_nodes": len(usable)})
+    return GpuSharingDecision(tuple(j.key for j in kept), tuple(unpins), tuple(enrolls), tuple(holds), tuple(pins),
+                              reasons, plan)
+
+
+def _unplaced_reason(job: Job, task: GpuTask, gpu_slots: Sequence[Slot], usable: Sequence[Slot]) -> str:
+    if not gpu_slots:
+        return "no GPU node slot in the pool (CoSchedGPUNode)"
+    if not usable:
+        return "no GPU node slot takes jobs now"
+    if task.models is not None and not any(s.gpus[0].model in task.models for s in usable):
+        return "no GPU its require_gpus accepts is on a usable GPU node"
+    want = ("a whole GPU" if job.gpu.count == 1 else f"{job.gpu.count} whole GPUs") if not job.gpu.shares else \
+        f"{job.gpu.compute}/1000 of a GPU"  # type: ignore[union-attr]
+    return f"no GPU node has {want} with its cores and memory free now"
+
+
+def gpu_pin_details(pin: GpuPin) -> dict[str, object]:
+    """A pin as ``plan --json`` shows it."""
+    return {"gpus": list(pin.gpus), "gpu_memory_mb": pin.memory_mb, "gpu_compute": pin.compute}
+
