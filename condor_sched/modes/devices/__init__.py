@@ -1,4 +1,4 @@
-"""Device packing (paper 002: Section III, Eq. 1 and Fig. 4): jobs that offload to a device
+"""Device packing (paper 002: Section IV-C, Eq. 1, Fig. 4): jobs that offload to a device
 (Xeon Phi, a GPU slot of the ``gpu`` kind) packed onto shared devices by memory and threads.
 
 ``capacity.py`` holds the device model every planner uses (capacities, aging, reasons);

@@ -7,7 +7,7 @@ from condor_sched.modes.spread.sns_global import SnsGlobalPolicy
 
 SPREAD = SharingMode(
     name="spread",
-    paper="paper 000 (Section 4): Spread-n-Share by LLC ways and memory bandwidth",
+    paper="paper 000 (Sections 4.3-4.4): Spread-n-Share by LLC ways and memory bandwidth",
     planners={"sns": SnsPolicy, "sns-global": SnsGlobalPolicy, "ce": CompactExclusivePolicy,
               "cs": CompactSharePolicy},
     policy_kind=PolicyKind.SPREAD,
