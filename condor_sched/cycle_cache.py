@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from condor_sched.device_kinds import DEFAULT_KIND
 from condor_sched.model import Job, JobKey, JobStatus, Unplaced
 from condor_sched.modes.devices.capacity import Capacity, demand
+from condor_sched.modes.interface import ModeJobs, SharingMode
 from condor_sched.modes.planning import PlanSettings
 
 _status = attrgetter("status")
@@ -376,3 +377,71 @@ def _covered_idle(jobs: Sequence[Job]) -> list[Job]:
            if j.request.device_memory_mb > 0 or (j.spread and j.gpu is None)]
     out.sort(key=_key_order)
     return out
+
+
+_has_pin, _spread = attrgetter("has_pin_clause"), attrgetter("spread")
+
+
+def _is_device(job: Job) -> bool:
+    return job.request.device_memory_mb > 0
+
+
+def _pinned(jobs: Sequence[Job]) -> list[Job]:
+    return [j for j in jobs if j.pinned_slot is not None or j.pinned_cycle is not None]
+
+
+@dataclass(frozen=True, slots=True)
+class CycleJobs:
+    """Each active mode's jobs (``by_mode``), each aged job's first-seen cycle, how many
+    covered idle jobs the cycle saw, and whether they have one submitter and one JobPrio."""
+
+    by_mode: dict[str, ModeJobs]
+    first_seen: dict[JobKey, int]
+    seen: int
+    key_ordered: bool
+
+
+def follow_jobs(jobs: Sequence[Job], modes: Sequence[SharingMode], remembered: Mapping[JobKey, int], cycle: int,
+                cache: PlanCache | None, mode_of: Callable[[Job], SharingMode | None] | None) -> CycleJobs:
+    """Split the state's ``jobs`` among the active ``modes``. The slot modes' idle jobs (the
+    covered ones: device and spread, ``covered``) come in key order and keep their first-seen
+    cycles (``remembered``'s, else this ``cycle``); with ``cache`` they follow only the records
+    that came and went (``CoveredJobs``). ``mode_of``: the registry's rule when a mode beyond the
+    built-in ones is registered (None: ``Job.sharing_mode`` decides, the fast path)."""
+    view: CoveredJobs | None = None
+    if cache is not None:
+        if cache.covered is None:
+            cache.covered = CoveredJobs()
+        view = cache.covered
+        view.update(jobs)
+        cache.whole_unplaced = None
+        idle = view.jobs  # the same order from every source; never changed here
+        first_seen = view.first_seen_map(remembered, cycle)
+        pinned = sorted(view.pinned.values(), key=_key_order)
+        view.first_seen = first_seen
+    else:
+        idle = _covered_idle(jobs)  # the same order from every source
+        keys = list(map(_key_order, idle))
+        first_seen = dict(zip(keys, map(remembered.get, keys, repeat(cycle))))
+        pinned = _pinned(idle)
+    lacking = view is None or view.counts["no_pin_clause"] > 0
+    by_mode: dict[str, ModeJobs] = {}
+    for mode in modes:
+        if mode_of is not None:
+            own = [j for j in (idle if mode.ages else jobs) if mode_of(j) is mode]
+            mine = own if mode.ages else [j for j in own if j.status is JobStatus.IDLE]
+            mine.sort(key=_key_order)
+            by_mode[mode.name] = ModeJobs(own, mine, _pinned(mine), lacking)
+        elif mode.name == "devices":  # covered jobs are device jobs or spread ones
+            mine = idle if view is not None and not view.counts["not_device"] else list(filter(_is_device, idle))
+            by_mode[mode.name] = ModeJobs(mine, mine, [j for j in pinned if _is_device(j)], lacking)
+        elif mode.name == "spread":
+            mine = [] if view is not None and not view.counts["spread_only"] else \
+                [j for j in compress(idle, map(_spread, idle)) if not _is_device(j)]
+            by_mode[mode.name] = ModeJobs(mine, mine, [j for j in pinned if not _is_device(j)], lacking)
+        else:
+            own = [j for j in jobs if j.sharing_mode == mode.name]
+            mine = sorted((j for j in own if j.status is JobStatus.IDLE), key=_key_order)
+            by_mode[mode.name] = ModeJobs(own, mine, _pinned(mine))
+    key_ordered = view is not None and len(view.distinct("submitter")) <= 1 and len(view.distinct("prio")) <= 1
+    return CycleJobs(by_mode, first_seen, len(idle), key_ordered)

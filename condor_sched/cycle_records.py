@@ -1,7 +1,7 @@
-"""What a cycle starts from and decides: its memory (``CycleMemory``), its policies and
-knobs (``CycleConfig``) and its decision (``CycleDecision``: pins kept, unpins, enrollments,
-holds, new pins, reasons, the mates' and GPU shares' parts), with the documented
-``plan --json`` object (:meth:`CycleDecision.to_json`).
+"""What a cycle starts from and decides: its memory (``CycleMemory``), its modes' planners and
+knobs (``CycleConfig``) and its decision (``CycleDecision``: each mode's part, and what the
+cycle does with ads that do not read), with the documented ``plan --json`` object
+(:meth:`CycleDecision.to_json`).
 """
 from __future__ import annotations
 
@@ -12,13 +12,23 @@ from condor_sched.cycle_cache import PlanCache
 from condor_sched.model import Assignment, JobKey, Plan, PoolState, Skipped, Unplaced
 from condor_sched.modes.gpus.fleet_policy import GpuPolicy
 from condor_sched.modes.gpus.live import GpuSharingDecision, gpu_pin_details
+from condor_sched.modes.interface import Enroll, Hold, ModeDecision, SharingMode, Unpin
 from condor_sched.modes.mates.live import NodeSharingDecision
-from condor_sched.modes.planning import PlanSettings, Policy, PolicyKind
-from condor_sched.modes.registry import get_policy, gpu_policy, gpu_policy_names
+from condor_sched.modes.planning import PlanSettings, Policy
+from condor_sched.modes.registry import get_policy, gpu_policy, gpu_policy_names, modes
+from condor_sched.modes.slot_mode import Pin, pin_reason, waiting_reason
 
 if TYPE_CHECKING:
     from condor_sched.profiles import ProfileStore
     from condor_sched.settings import SidecarSettings
+
+__all__ = ["CycleConfig", "CycleDecision", "CycleMemory", "Enroll", "Hold", "Pin", "Unpin", "pin_reason",
+           "waiting_reason"]
+
+#: The built-in modes' planners in ``CycleConfig``, by the names its knobs and callers use.
+_PLANNER_FIELDS = {"devices": "device_policy", "spread": "spread_policy", "mates": "node_policy", "gpus": "gpu_policy"}
+#: Modes whose part ``plan --json`` shows under keys of their own (``gpu_*``, ``guest*``).
+_OWN_JSON_KEYS = ("mates", "gpus")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +51,11 @@ class CycleMemory:
 
 @dataclass(frozen=True, slots=True)
 class CycleConfig:
-    """The policies and knobs of a cycle (``spread_policy`` None: spread jobs are left to
-    HTCondor, COSCHED_SPREAD_POLICY = none)."""
+    """The planner of each mode and the knobs of a cycle: ``device_policy``, ``spread_policy``
+    (None: spread jobs are left to HTCondor, COSCHED_SPREAD_POLICY = none), ``node_policy``
+    (the mates' ``sd``, COSCHED_NODE_POLICY) and ``gpu_policy`` (COSCHED_GPU_POLICY) for the
+    built-in modes, ``planners`` for any other registered mode (by mode name; a mode not
+    named there plans with its ``default_planner``, None turns it off)."""
 
     device_policy: Policy
     spread_policy: Policy | None
@@ -52,11 +65,9 @@ class CycleConfig:
     #: Plan ``BOUNDED_POLICIES`` on the jobs that can matter only (same decision, less work);
     #: False: every policy sees the whole queue (the baseline ``scripts/bench_simulate`` times).
     bounded: bool = True
-    #: Node sharing of malleable jobs (paper 001's ``sd``, live: ``condor_sched.modes.mates.live``);
-    #: None: COSCHED_NODE_POLICY = none.
     node_policy: Policy | None = None
-    #: GPU sharing (issue 13, ``condor_sched.modes.gpus.live``); None: COSCHED_GPU_POLICY = none.
     gpu_policy: GpuPolicy | None = None
+    planners: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_settings(cls, settings: SidecarSettings, profiles: ProfileStore | None = None) -> CycleConfig:
@@ -66,17 +77,36 @@ class CycleConfig:
         return cls(get_policy(settings.policy), spread, settings.plan, settings.unpin_age_cycles, profiles,
                    node_policy=node, gpu_policy=gpu)
 
+    def planner_of(self, mode: SharingMode) -> Any:
+        """The planner ``mode`` plans with this cycle (None: the mode is off)."""
+        if mode.name in _PLANNER_FIELDS:
+            return getattr(self, _PLANNER_FIELDS[mode.name])
+        if mode.name in self.planners:
+            return self.planners[mode.name]
+        return None if mode.default_planner is None else mode.planners[mode.default_planner]()
+
+    def active(self) -> list[tuple[SharingMode, Any]]:
+        """Each registered mode that runs this cycle, with its planner (None: off, but it still
+        lets go of its stale pins)."""
+        out = []
+        for mode in modes():
+            planner = self.planner_of(mode)
+            if planner is not None or mode.keeps_pins_when_off:
+                out.append((mode, planner))
+        return out
+
     def with_policy(self, name: str) -> CycleConfig:
-        """This config with policy ``name`` in the place of its kind (device, spread, node or
-        GPU fleet policy; a device policy's name sets the device policy, see :meth:`with_gpu_policy`)."""
+        """This config with planner ``name`` in the place of its mode's (a device planner's name
+        sets the device mode's, see :meth:`with_gpu_policy`)."""
         if name in gpu_policy_names(device_policies=False):
             return replace(self, gpu_policy=gpu_policy(name))
+        mode = next((m for m in modes() if m.policy_kind is not None and name in m.planners), None)
+        if mode is None:
+            get_policy(name)  # raises, naming the known ones
         policy = get_policy(name)
-        if policy.kind is PolicyKind.SPREAD:
-            return replace(self, spread_policy=policy)
-        if policy.kind is PolicyKind.NODE:
-            return replace(self, node_policy=policy)
-        return replace(self, device_policy=policy)
+        if mode.name in _PLANNER_FIELDS:  # type: ignore[union-attr]
+            return replace(self, **{_PLANNER_FIELDS[mode.name]: policy})  # type: ignore[union-attr]
+        return replace(self, planners={**self.planners, mode.name: policy})  # type: ignore[union-attr]
 
     def with_gpu_policy(self, name: str) -> CycleConfig:
         """This config with GPU policy ``name`` (any of ``gpu_policy_names()``; ``none``: no GPU sharing)."""
@@ -84,42 +114,14 @@ class CycleConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class Unpin:
-    job: JobKey
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Enroll:
-    job: JobKey
-    requirements: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class Hold:
-    """An idle covered job the sidecar can never place as its ad stands; ``reason`` names the
-    attribute (it becomes the job's HoldReason; the user fixes it and releases the job)."""
-
-    job: JobKey
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Pin:
-    """A placement to write; ``llc_ways``/``mem_bw_gbs``/``scale_factor`` only for spread
-    procs, ``whole_device`` only for device jobs that must have their device alone."""
-
-    job: JobKey
-    slot: str
-    llc_ways: int | None = None
-    mem_bw_gbs: int | None = None
-    scale_factor: int | None = None
-    whole_device: bool = False
-
-
-@dataclass(frozen=True, slots=True)
 class CycleDecision:
-    """Everything one cycle decided. ``first_seen`` is the memory the next cycle starts from."""
+    """Everything one cycle decided, as callers read it: the slot modes' kept pins, unpins,
+    enrollments, new pins and plans (devices, spread and any other mode that pins to a slot),
+    holds, each job's reason, and the mates' and the GPU shares' parts in records of their
+    own. ``parts`` holds each mode's part as it decided it (registry order), and
+    ``bad_ad_unpins``/``bad_ad_holds`` what the cycle does with ads that do not read (also
+    in ``unpins``/``holds``); :meth:`of` builds the rest from them. ``first_seen`` is the
+    memory the next cycle starts from."""
 
     cycle: int
     seen: int
@@ -131,14 +133,35 @@ class CycleDecision:
     skipped: tuple[Skipped, ...] = ()
     first_seen: Mapping[JobKey, int] = field(default_factory=dict)
     holds: tuple[Hold, ...] = ()
-    #: What each idle covered job that was pinned or left waiting this cycle is told
-    #: (``CoSchedPinReason``); kept pins keep theirs.
+    #: What each idle job planned or left waiting this cycle is told (``CoSchedPinReason``);
+    #: kept pins keep theirs.
     reasons: Mapping[JobKey, str] = field(default_factory=dict)
     cache: PlanCache | None = field(default=None, compare=False, repr=False)
-    #: Guests and mates of malleable jobs (``condor_sched.modes.mates.live``).
+    #: Guests and mates of malleable jobs (the mates mode's part).
     node_sharing: NodeSharingDecision = field(default_factory=NodeSharingDecision)
-    #: GPU jobs' pins (``condor_sched.modes.gpus.live``).
+    #: GPU jobs' pins (the GPU mode's part).
     gpu_sharing: GpuSharingDecision = field(default_factory=GpuSharingDecision)
+    parts: tuple[ModeDecision, ...] = field(default=(), compare=False, repr=False)
+    bad_ad_unpins: tuple[Unpin, ...] = field(default=(), compare=False, repr=False)
+    bad_ad_holds: tuple[Hold, ...] = field(default=(), compare=False, repr=False)
+
+    @classmethod
+    def of(cls, cycle: int, seen: int, parts: tuple[ModeDecision, ...], skipped: tuple[Skipped, ...],
+           first_seen: Mapping[JobKey, int], bad_ad_unpins: tuple[Unpin, ...], bad_ad_holds: tuple[Hold, ...],
+           cache: PlanCache | None) -> CycleDecision:
+        """The decision of a cycle whose modes decided ``parts``."""
+        slot_parts = [p for p in parts if p.mode not in _OWN_JSON_KEYS]
+        reasons: dict[JobKey, str] = {}
+        for p in parts:
+            reasons.update(p.reasons)
+        return cls(
+            cycle, seen, tuple(Assignment(j.key, j.pinned_slot) for p in slot_parts for j in p.kept),  # type: ignore[arg-type]
+            (*(u for p in slot_parts for u in p.unpins), *bad_ad_unpins),
+            tuple(e for p in slot_parts for e in p.enrolls), tuple(pin for p in slot_parts for pin in p.pins),
+            tuple(plan for p in slot_parts for plan in p.plans), skipped, first_seen,
+            (*bad_ad_holds, *(h for p in slot_parts for h in p.holds)), reasons, cache,
+            _node_sharing(_part(parts, "mates")), _gpu_sharing(_part(parts, "gpus")), parts, bad_ad_unpins,
+            bad_ad_holds)
 
     @property
     def unplaced(self) -> tuple[Unplaced, ...]:
@@ -151,15 +174,18 @@ class CycleDecision:
     def to_json(self) -> dict[str, Any]:
         """The documented ``plan --json`` object: placements of this cycle (``assignments``,
         with each policy's details), ``unplaced`` and ``skipped`` with reasons, per-policy
-        ``stats``, and what happens to pins: ``kept``, ``unpins``, ``enrolls``."""
+        ``stats``, and what happens to pins: ``kept``, ``unpins``, ``enrolls``; the mates'
+        and GPU shares' parts under keys of their own."""
 
         def job(key: JobKey) -> dict[str, Any]:
             return {"job": key.job_id, "schedd": key.schedd}
 
+        devices, spread = _part(self.parts, "devices").plans, _part(self.parts, "spread").plans
+        nodes, gpu = self.node_sharing, self.gpu_sharing
         return {
             "cycle": self.cycle,
-            "policy": self.plans[0].policy if self.plans else None,
-            "spread_policy": self.plans[1].policy if len(self.plans) > 1 else None,
+            "policy": devices[0].policy if devices else None,
+            "spread_policy": spread[0].policy if spread else None,
             "assignments": [{**job(a.job), "slot": a.slot, **dict(a.details)} for p in self.plans for a in p.assignments],
             "unplaced": [{**job(u.job), "reason": u.reason} for u in self.unplaced],
             "skipped": [{"what": s.what, "reason": s.reason} for s in self.skipped],
@@ -170,24 +196,31 @@ class CycleDecision:
             "reasons": [{**job(k), "reason": r} for k, r in sorted(self.reasons.items())],
             "stats": {p.policy: dict(p.stats) for p in self.plans},
             "guests": [{**job(g.job), "slot": g.slot, "mate": g.mate.job_id, "mate_schedd": g.mate.schedd,
-                        "mate_increase_s": g.increase_s, "predicted_end_s": g.predicted_end_s}
-                       for g in self.node_sharing.pins],
-            "guest_kept": [job(k) for k in self.node_sharing.kept],
-            "guest_unpins": [{**job(k), "reason": r} for k, r in self.node_sharing.unpins],
-            "mates": [{**job(m.job), "writes": dict(m.writes), "why": m.why}
-                      for m in (*self.node_sharing.lengthen, *self.node_sharing.restore)],
-            "gpu_policy": self.gpu_sharing.plan.policy if self.gpu_sharing.plan else None,
-            "gpu_pins": [{**job(p.job), "slot": p.slot, **gpu_pin_details(p)} for p in self.gpu_sharing.pins],
-            "gpu_kept": [job(k) for k in self.gpu_sharing.kept],
-            "gpu_unpins": [{**job(k), "reason": r} for k, r in self.gpu_sharing.unpins],
-            "gpu_enrolls": [job(k) for k, _ in self.gpu_sharing.enrolls],
-            "gpu_holds": [{**job(k), "reason": r} for k, r in self.gpu_sharing.holds],
+                        "mate_increase_s": g.increase_s, "predicted_end_s": g.predicted_end_s} for g in nodes.pins],
+            "guest_kept": [job(k) for k in nodes.kept],
+            "guest_unpins": [{**job(k), "reason": r} for k, r in nodes.unpins],
+            "mates": [{**job(m.job), "writes": dict(m.writes), "why": m.why} for m in (*nodes.lengthen, *nodes.restore)],
+            "gpu_policy": gpu.plan.policy if gpu.plan else None,
+            "gpu_pins": [{**job(p.job), "slot": p.slot, **gpu_pin_details(p)} for p in gpu.pins],
+            "gpu_kept": [job(k) for k in gpu.kept],
+            "gpu_unpins": [{**job(k), "reason": r} for k, r in gpu.unpins],
+            "gpu_enrolls": [job(k) for k, _ in gpu.enrolls],
+            "gpu_holds": [{**job(k), "reason": r} for k, r in gpu.holds],
         }
 
 
-def pin_reason(pin: Pin, cycle: int) -> str:
-    return f"pinned to {pin.slot} in cycle {cycle}; waiting for the negotiator to match it there"
+
+def _part(parts: tuple[ModeDecision, ...], mode: str) -> ModeDecision:
+    """The part of mode ``mode`` (empty when it did not run)."""
+    return next((p for p in parts if p.mode == mode), ModeDecision(mode))
 
 
-def waiting_reason(unplaced: Unplaced) -> str:
-    return f"waiting: {unplaced.reason}"
+def _node_sharing(p: ModeDecision) -> NodeSharingDecision:
+    return NodeSharingDecision(tuple(j.key for j in p.kept), tuple((u.job, u.reason) for u in p.unpins),
+                               p.before_pins, p.after_unpins, p.pins, p.reasons, p.plans)
+
+
+def _gpu_sharing(p: ModeDecision) -> GpuSharingDecision:
+    return GpuSharingDecision(tuple(j.key for j in p.kept), tuple((u.job, u.reason) for u in p.unpins),
+                              tuple((e.job, e.requirements) for e in p.enrolls), tuple((h.job, h.reason) for h in p.holds),
+                              p.pins, p.reasons, p.plans[0] if p.plans else None)

@@ -25,7 +25,7 @@ the slot says it is such a node with ``<resource_prefix>Node`` and how many devi
 with ``<resource_prefix>Count``. Jobs still request ``request_<memory_attr>`` and
 ``request_<compute_attr>`` (per device) and ``<count_request_attr>`` devices. The device
 planners (knapsack, global, ...) plan a node-layout kind through a view of one device slot
-per device (``policies/gpu_devices.py``), unchanged.
+per device (``modes/gpus/on_devices.py``), unchanged.
 
 Adding a kind is registering one record (:func:`register_device_kind`); the ClassAd
 readers, the live-pool queries, the planners, the simulator and the hook find it there.

@@ -84,7 +84,7 @@ def explain(state: PoolState, decision: CycleDecision, job: Job) -> list[str]:
         where = f" on {job.remote_slot}" if job.remote_slot else ""
         return lines + [f"not idle{where}: the sidecar plans idle jobs only"]
     lines.append(f"this cycle ({decision.cycle}): {_this_cycle(decision, key)}")
-    free = {s.name: s for s in free_after_pins(state, decision)}
+    free = {s.name: s for s in free_after_pins(state, [a.job for a in decision.kept], decision.plans)}
     eligible = state.eligible.get(key)
     slots = [s for s in state.slots if s.kind is kind and (kind is SlotKind.SOCKET or s.device_kind == job.device_kind
                                                            or job.device_kind is None or s.device_kind is None)]
@@ -96,7 +96,7 @@ def explain(state: PoolState, decision: CycleDecision, job: Job) -> list[str]:
 
 
 def _gpu_lines(state: PoolState, decision: CycleDecision, job: Job) -> list[str]:
-    """What GPU sharing (``gpu_sharing``) does with a GPU job this cycle, and every GPU node's GPUs."""
+    """What GPU sharing (the GPU mode, ``modes/gpus/``) does with a GPU job this cycle, and every GPU node's GPUs."""
     req, key, gpu = job.gpu, job.key, decision.gpu_sharing
     what = (f"{req.compute}/1000 of one GPU" if req.shares else f"{req.count} whole GPU(s)")  # type: ignore[union-attr]
     memory = f"{req.memory_mb} MB" if req.memory_mb is not None else "its share of the GPU's memory"  # type: ignore[union-attr]

@@ -13,7 +13,7 @@ co-scheduled jobs get a device, so it orders them the same way before a policy p
   that order. What u already runs counts, so a submitter with more running gets fewer new
   starts until the others catch up.
 
-With several submitters the cycle gives the policy turns (``cycle.plan_in_turns``, as the
+With several submitters the cycle gives the policy turns (``modes/slot_mode.plan_in_turns``, as the
 negotiator's pie spins): each offers the fair-order prefix whose demand is at most ``WINDOW``
 times the capacity still free (plus every job past the aging limit, which the policies place
 first anyway), so no submitter's better-shaped jobs can take the whole pool. With one

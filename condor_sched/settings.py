@@ -25,10 +25,10 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class SidecarSettings:
-    policy: str = "lp-pack"  # fast at any queue size (issue 11); policies/packed.py says why
+    policy: str = "lp-pack"  # fast at any queue size (issue 11); modes/devices/lp_pack.py says why
     spread_policy: str = "sns"
     node_policy: str = "sd"  # malleable jobs only (+CoSchedMalleable); "none" leaves them to HTCondor
-    #: The policy of the ``gpu`` device kind (issue 13; policies/gpu_policies.py): ``simulate``
+    #: The policy of the ``gpu`` device kind (issue 13; modes/gpus/fleet_policy.py): ``simulate``
     #: uses it for openb workloads without ``--policy``.
     gpu_policy: str = DEFAULT_GPU_POLICY
     profile_dir: str = ""

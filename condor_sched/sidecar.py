@@ -12,49 +12,18 @@ from __future__ import annotations
 import logging
 import time
 
-import classad2
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Protocol
 
-from condor_sched.cycle import CycleConfig, CycleDecision, CycleMemory, Hold, Pin, covered, decide_cycle
-from condor_sched.modes.mates.live import GuestPin, guest_unpin_writes
-from condor_sched.edits import (
-    CHUNK_JOBS,
-    Edit,
-    JobChange,
-    apply_changes,
-    enroll_change,
-    pin_change,
-    reason_change,
-    unpin_change,
-)
-from condor_sched.model import (
-    PIN_CYCLE_ATTR,
-    PIN_EXCLUSIVE_ATTR,
-    PIN_LLC_WAYS_ATTR,
-    PIN_MATE_ATTR,
-    PIN_MATE_INCREASE_ATTR,
-    PIN_MEM_BW_ATTR,
-    PIN_SCALE_ATTR,
-    PIN_SLOT_ATTR,
-    PIN_TIME_ATTR,
-    JobKey,
-    PoolState,
-)
+from condor_sched.cycle import CycleConfig, CycleDecision, CycleMemory, covered, decide_cycle
+from condor_sched.edits import CHUNK_JOBS, Edit, JobChange, apply_changes, enroll_change, reason_change, unpin_change
+from condor_sched.model import JobKey, PoolState
+from condor_sched.modes.registry import get_mode
 from condor_sched.piggyback import exploration_scales
 from condor_sched.settings import SidecarSettings
 from condor_sched.watch import Notices
 
 log = logging.getLogger("condor_sched.sidecar")
-
-
-def pin_details(pin: Pin) -> dict[str, int]:
-    """The sidecar-owned attributes a pin carries besides its slot: a device job whether it
-    needs the whole device, a spread proc its ways, bandwidth and scale factor."""
-    if pin.llc_ways is None:
-        return {PIN_EXCLUSIVE_ATTR: int(pin.whole_device)}
-    return {PIN_LLC_WAYS_ATTR: pin.llc_ways, PIN_MEM_BW_ATTR: pin.mem_bw_gbs or 0,
-            PIN_SCALE_ATTR: pin.scale_factor or 1}
 
 
 class Editor(Protocol):
@@ -89,14 +58,6 @@ def reasons_to_write(decision: CycleDecision, current: Mapping[JobKey, str | Non
     return out
 
 
-def guest_pin_change(pin: GuestPin, cycle: int, now: int) -> JobChange:
-    """A guest's pin: cycle, time, mate and increase first, the slot last (that write pins)."""
-    return JobChange(pin.job, ((PIN_CYCLE_ATTR, str(cycle)), (PIN_TIME_ATTR, str(int(now))),
-                               (PIN_MATE_ATTR, classad2.quote(pin.mate.job_id)),
-                               (PIN_MATE_INCREASE_ATTR, str(pin.increase_s)),
-                               (PIN_SLOT_ATTR, classad2.quote(pin.slot))))
-
-
 def apply_cycle(decision: CycleDecision, editor: Editor,
                 current_reasons: Mapping[JobKey, str | None] | None = None,
                 should_stop: Callable[[], bool] | None = None, *, now: float | None = None,
@@ -118,12 +79,13 @@ def apply_cycle(decision: CycleDecision, editor: Editor,
             log.warning("could not %s job %s: %s", what, job, why)
         return applied.done
 
-    gpu = decision.gpu_sharing
-    reasons = {u.job: u.reason for u in decision.unpins} | dict(gpu.unpins)
-    for job in run("unpin", [unpin_change(u.job) for u in decision.unpins] + [unpin_change(k) for k, _ in gpu.unpins]):
+    parts = decision.parts
+    reasons = {u.job: u.reason for p in parts for u in p.unpins} | {u.job: u.reason for u in decision.bad_ad_unpins}
+    unpins = [get_mode(p.mode).unpin_change(u.job) for p in parts for u in p.unpins]
+    for job in run("unpin", unpins + [unpin_change(u.job) for u in decision.bad_ad_unpins]):
         outcome.unpinned += 1
         log.info("unpinned %s: %s", job, reasons[job])
-    for h in (*decision.holds, *(Hold(k, r) for k, r in gpu.holds)):
+    for h in (*decision.bad_ad_holds, *(h for p in parts for h in p.holds)):
         if should_stop is not None and should_stop():
             outcome.left_on_stop += 1
             continue
@@ -135,47 +97,32 @@ def apply_cycle(decision: CycleDecision, editor: Editor,
             failed_jobs.add(h.job)
             outcome.failed.append(f"hold {h.job}: {e}")
             log.warning("could not hold job %s: %s", h.job, e)
-    sharing = decision.node_sharing
-    guest_unpin_reasons = dict(sharing.unpins)
-    for job in run("unpin guest", [JobChange(k, guest_unpin_writes()) for k, _ in sharing.unpins]):
-        outcome.unpinned += 1
-        log.info("unpinned guest %s: %s", job, guest_unpin_reasons[job])
-    enrolls = [*((e.job, e.requirements) for e in decision.enrolls), *gpu.enrolls]
-    enrolled = set(run("enroll", [enroll_change(k, requirements) for k, requirements in enrolls]))
+    enrolls = [e for p in parts for e in p.enrolls]
+    enrolled = set(run("enroll", [enroll_change(e.job, e.requirements) for e in enrolls]))
     outcome.enrolled = len(enrolled)
-    not_enrolled = {k for k, _ in enrolls} - enrolled  # failed or left: never pinned
-    slots = {p.job: p.slot for p in decision.pins}
-    pinned = run("pin", [pin_change(p.job, p.slot, decision.cycle, int(now), pin_details(p))
-                         for p in decision.pins if p.job not in not_enrolled])
-    for job in pinned:
-        outcome.pinned += 1
-        log.info("pinned %s to %s", job, slots[job])
-    gpu_pins = {p.job: p for p in gpu.pins if p.job not in not_enrolled}
-    gpu_pinned = run("pin", [p.change(decision.cycle, now) for p in gpu_pins.values()])
-    for job in gpu_pinned:
-        outcome.pinned += 1
-        log.info("pinned %s to GPUs %s of %s", job, ",".join(map(str, gpu_pins[job].gpus)), gpu_pins[job].slot)
-    failed_jobs |= {p.job for p in gpu.pins} - set(gpu_pinned)
-    # A mate is lengthened before its guest is pinned: a guest never runs beside a mate whose
-    # limit did not grow. A mate is restored only after its guest's pin is gone.
-    lengthened = set(run("lengthen mate", [JobChange(m.job, m.writes) for m in sharing.lengthen]))
-    for m in sharing.lengthen:
-        if m.job in lengthened:
-            log.info("mate %s %s", m.job, m.why)
-    guests = [g for g in sharing.pins if g.mate in lengthened]
-    for g in sharing.pins:
-        if g.mate not in lengthened:
-            failed_jobs.add(g.job)
-    guest_slots = {g.job: g.slot for g in guests}
-    guest_pinned = run("pin guest", [guest_pin_change(g, decision.cycle, int(now)) for g in guests])
-    for job in guest_pinned:
-        outcome.pinned += 1
-        log.info("pinned guest %s to %s", job, guest_slots[job])
-    failed_jobs |= {g.job for g in guests} - set(guest_pinned)
-    restored_why = {m.job: m.why for m in sharing.restore}
-    for job in run("restore mate", [JobChange(m.job, m.writes) for m in sharing.restore]):
-        log.info("mate %s restored: %s", job, restored_why[job])
-    not_pinned = set(slots) - set(pinned) | failed_jobs  # failed or left on a stop: no pin to tell of
+    not_enrolled = {e.job for e in enrolls} - enrolled  # failed or left: never pinned
+    # What a pin needs is written first (a mate's longer limit: a guest never runs beside a
+    # mate whose limit did not grow); a mate is given its limit back only after the unpins.
+    pinned: set[JobKey] = set()
+    for part in parts:
+        done = set(run("lengthen mate", [c.change() for c in part.before_pins]))
+        for c in part.before_pins:
+            if c.job in done:
+                log.info("mate %s %s", c.job, c.why)
+        pins = {p.job: p for p in part.pins if p.job not in not_enrolled}
+        needing = {k for k, p in pins.items() if getattr(p, "needs", None) is not None and p.needs not in done}
+        failed_jobs |= needing
+        ready = {k: p for k, p in pins.items() if k not in needing}
+        for job in run("pin", [p.change(decision.cycle, now) for p in ready.values()]):
+            outcome.pinned += 1
+            pinned.add(job)
+            log.info("pinned %s to %s", job, ready[job].describe())
+        failed_jobs |= set(ready) - pinned
+    after = {c.job: c for p in parts for c in p.after_unpins}
+    for job in run("restore mate", [c.change() for c in after.values()]):
+        log.info("mate %s restored: %s", job, after[job].why)
+    slots = {p.job for part in parts for p in part.pins}
+    not_pinned = slots - pinned | failed_jobs  # failed or left on a stop: no pin to tell of
     tells = [reason_change(job, reason) for (_, reason), jobs in reasons_to_write(decision, current_reasons or {}).items()
              for job in jobs if job not in not_pinned]
     outcome.told += len(run("tell", tells))

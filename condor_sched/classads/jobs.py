@@ -153,7 +153,7 @@ def _pinned_gpus(ad: classad2.ClassAd) -> tuple[int, ...]:
 
 def _require_gpus(ad: classad2.ClassAd) -> str | None:
     """The job's ``require_gpus`` expression text (evaluated against each GPU's properties by
-    ``gpu_sharing``); AdError when it is too long to be a reasonable constraint."""
+    ``modes/gpus/live.py``); AdError when it is too long to be a reasonable constraint."""
     if GPU.match_request_attr not in ad:
         return None
     text = _lookup_text(ad, GPU.match_request_attr)

@@ -6,37 +6,55 @@ planners because it ``adopts`` them, and this module hands them over.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from condor_sched.modes.devices.mode import DEVICES
 from condor_sched.modes.gpus.mode import GPUS
+from condor_sched.model import Job
 from condor_sched.modes.interface import SharingMode
 from condor_sched.modes.mates.mode import MATES
 from condor_sched.modes.planning import Policy, PolicyError, PolicyKind
 from condor_sched.modes.spread.mode import SPREAD
 
-#: Every sharing mode, one line each.
+#: Every sharing mode, one line each: a job goes to the first mode that covers it.
 _MODES: list[SharingMode] = [
     DEVICES,
     SPREAD,
     MATES,
     GPUS,
 ]
+_BUILT_IN = [m.name for m in _MODES]
 
 
-def register_mode(mode: SharingMode) -> None:
-    """Add ``mode``; PolicyError when its name or one of its planners' is taken."""
+def register_mode(mode: SharingMode, before: str | None = None) -> None:
+    """Add ``mode`` at the end, or ``before`` the mode of that name (a job goes to the first
+    mode that covers it); PolicyError when its name or one of its planners' is taken."""
     if any(m.name == mode.name for m in _MODES):
         raise PolicyError(f"sharing mode {mode.name!r} registered twice")
     taken = {n for m in _MODES for n in m.planners} & set(mode.planners)
     if taken:
         raise PolicyError(f"planner {sorted(taken)[0]!r} registered twice")
-    _MODES.append(mode)
+    at = len(_MODES) if before is None else [m.name for m in _MODES].index(get_mode(before).name)
+    _MODES.insert(at, mode)
 
 
 def unregister_mode(name: str) -> None:
     """Take the mode ``name`` out (a test's own mode, after the test)."""
     _MODES[:] = [m for m in _MODES if m.name != name]
+
+
+def mode_of_job() -> Callable[[Job], SharingMode | None] | None:
+    """The rule that gives each job to one mode: the first registered mode that covers it.
+    None while only the built-in modes are registered: then ``Job.sharing_mode`` is the rule
+    (each built-in mode covers the jobs of its name), and the cycle takes its fast path."""
+    if [m.name for m in _MODES] == _BUILT_IN:
+        return None
+    listed = tuple(_MODES)
+
+    def mode_of(job: Job) -> SharingMode | None:
+        return next((m for m in listed if m.covers(job)), None)
+
+    return mode_of
 
 
 def modes() -> tuple[SharingMode, ...]:

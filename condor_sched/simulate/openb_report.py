@@ -30,7 +30,7 @@ BATCHES = (16, 128)
 SEEDS = tuple(range(10))
 #: Our earlier policies, shown beside the default in the batch table.
 OURS_EARLIER = ("fgd-pack", "fgd-mem")
-#: Paper 002's device policies on the gpu kind's device view (``policies/gpu_devices.py``), in
+#: Paper 002's device policies on the gpu kind's device view (``modes/gpus/on_devices.py``), in
 #: 128-task batches on fewer seeds (each run is slower: one knapsack per GPU).
 DEVICE_POLICIES = ("knapsack", "exclusive")
 DEVICE_SEEDS = tuple(range(3))

@@ -133,3 +133,11 @@ def test_every_planner_has_one_name_in_one_mode():
         assert registry.gpu_policy(name).name == name
     with pytest.raises(PolicyError, match="unknown policy 'fgd'"):
         registry.get_policy("fgd")
+
+
+def test_decide_cycle_reads_in_one_screen():
+    import inspect
+
+    from condor_sched.cycle import decide_cycle
+
+    assert len(inspect.getsource(decide_cycle).splitlines()) <= 60

@@ -194,7 +194,7 @@ def test_spread_jobs_go_to_the_spread_policy_and_their_pins_carry_ways_and_bandw
     from condor_sched.inventory import default_inventory_path, load_inventory, node_slots
     from condor_sched.modes.registry import get_policy
     from condor_sched.profiles import ProfileStore, default_profiles_dir
-    from condor_sched.sidecar import pin_details
+    from condor_sched.modes.slot_mode import pin_details
 
     slots = tuple(s for n in load_inventory(default_inventory_path()).nodes for s in node_slots(n, "cosched.test"))
     procs = tuple(device_job(p, request=Resources(cpus=1, memory_mb=64), spread=True, program="MG",
@@ -278,7 +278,7 @@ def test_a_started_job_without_remote_host_yet_counts_against_the_slot_it_is_pin
 
 def test_exclusive_pins_ask_the_startd_for_the_whole_device_and_other_device_pins_do_not():
     from condor_sched.modes.registry import get_policy
-    from condor_sched.sidecar import pin_details
+    from condor_sched.modes.slot_mode import pin_details
 
     jobs = (device_job(1), device_job(2))
     slots = (slot("slot2@node1@h"), slot("slot3@node1@h"))

@@ -1,16 +1,17 @@
-"""GPU sharing on a live pool (issue 13), pure: which GPU jobs to pin to which GPUs.
+"""The GPU mode's part of a cycle (``GpuView``), pure: which GPU jobs to pin to which GPUs.
 
 A GPU node is one partitionable slot (``SlotKind.GPU_NODE``) whose every GPU's memory and
 compute are custom resources HTCondor accounts (README "GPU sharing"). A GPU job asks for a
 share of one GPU (``request_GPUCompute`` < 1000, ``request_GPUMemory``) or whole GPUs
-(``request_GPUs``). Each cycle, for the GPU jobs only:
+(``request_GPUs``). Each cycle, for the GPU jobs only (the shared mechanics of
+``mode_cycle.py`` with what this view says of GPUs):
 
 * an idle job's pin is kept unless it went stale (slot gone or unavailable, the node refused
   the start, not matched within ``unpin_age_cycles``, GPUs the slot does not have), and kept
   pins are checked together against each GPU's totals (older pins first);
 * an idle job that no GPU node could hold even empty is held with the reason; others are
   enrolled (the pin clause) and planned by the GPU policy (``COSCHED_GPU_POLICY``,
-  ``policies/gpu_policies.py``) on a :class:`GpuFleet` built from the slots' free amounts,
+  ``modes/gpus/mode.py``) on a :class:`GpuFleet` built from the slots' free amounts,
   less what kept pins and jobs the ads do not show yet hold;
 * a GPU that runs (or is pinned to) a share of one Owner takes shares of that Owner only:
   MPS runs one server per Linux user, and another user's client waits until that server's
@@ -29,13 +30,13 @@ import numpy as np
 
 from condor_sched.model import (
     HOLDS_A_SLOT, PIN_CYCLE_ATTR, PIN_GPU_COMPUTE_ATTR, PIN_GPU_MEMORY_ATTR, PIN_GPUS_ATTR, PIN_SLOT_ATTR,
-    PIN_TIME_ATTR, WHOLE_GPU, Gpu, Job, JobKey, JobStatus, Plan, PoolState, Slot, SlotKind, Unplaced,
+    PIN_TIME_ATTR, WHOLE_GPU, Gpu, Job, JobKey, Plan, Slot, SlotKind, Unplaced,
     partitionable_slot_of,
 )
 from condor_sched.consistency import claim_not_yet_in_ad
 from condor_sched.device_kinds import GPU
 from condor_sched.edits import JobChange
-from condor_sched.modes.planning import PlanSettings
+from condor_sched.modes.interface import ModeContext, ModeJobs, ModePlan
 from condor_sched.modes.gpus.fleet import GpuFleet, GpuPlacement, GpuTask
 from condor_sched.modes.gpus.fleet_policy import GpuPlanContext, GpuPolicy, typical_tasks
 
@@ -58,6 +59,9 @@ class GpuPin:
                                     (PIN_GPU_COMPUTE_ATTR, str(self.compute)),
                                     (PIN_GPUS_ATTR, classad2.quote(",".join(map(str, self.gpus)))),
                                     (PIN_SLOT_ATTR, classad2.quote(self.slot))))
+
+    def describe(self) -> str:
+        return f"GPUs {','.join(map(str, self.gpus))} of {self.slot}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,21 +153,6 @@ def _task(job: Job, owner: int, models: frozenset[str] | None) -> GpuTask:
                    req.compute, req.memory_mb, models, owner)  # type: ignore[union-attr]
 
 
-def _stale(job: Job, slots: Mapping[str, Slot], cycle: int, unpin_age: int) -> str | None:
-    slot = slots.get(job.pinned_slot or "")
-    if slot is None or slot.kind is not SlotKind.GPU_NODE:
-        return f"GPU node slot {job.pinned_slot} vanished"
-    if job.start_refused is not None:
-        return f"the execute node refused to start it on {slot.name}: {job.start_refused}"
-    if slot.unavailable is not None:
-        return f"GPU node slot {slot.name} {slot.unavailable}"
-    if len(job.pinned_gpus) != job.gpu.count or any(g >= len(slot.gpus) for g in job.pinned_gpus):  # type: ignore[union-attr]
-        return f"its pin names GPUs {job.pinned_gpus or '(none)'} that {slot.name} does not hold for it"
-    if job.pinned_cycle is None or cycle - job.pinned_cycle >= unpin_age:
-        return f"pin to {slot.name} not matched within {unpin_age} cycles"
-    return None
-
-
 def never_fits(job: Job, slots: Sequence[Slot]) -> str | None:
     """Why no GPU node slot could hold ``job`` even empty, or None."""
     req = job.gpu
@@ -197,80 +186,85 @@ def _fair_order(jobs: Sequence[Job], running: Sequence[Job], priorities: Mapping
     return [k[-1] for k in sorted(keyed, key=lambda t: t[:3])]
 
 
-def decide_gpu_sharing(state: PoolState, cycle: int, policy: GpuPolicy, settings: PlanSettings,
-                       unpin_age_cycles: int) -> GpuSharingDecision:
-    """The GPU part of a cycle (module docstring)."""
-    gpu_jobs = [j for j in state.jobs if j.sharing_mode == "gpus"]
-    if not gpu_jobs:
-        return GpuSharingDecision()
-    slots = {s.name: s for s in state.slots}
-    gpu_slots = [s for s in state.slots if s.kind is SlotKind.GPU_NODE and s.gpus]
-    mixed = {s.name for s in gpu_slots if len({g.model for g in s.gpus}) > 1}
-    owners = {j.owner for j in gpu_jobs}
-    owner_code = {o: i for i, o in enumerate(sorted(owners))}
-    usable = [s for s in gpu_slots if s.unavailable is None and s.name not in mixed]
-    live = _Fleet(usable, owner_code)
-    reasons: dict[JobKey, str] = {}
-    unpins: list[tuple[JobKey, str]] = []
-    running = [j for j in gpu_jobs if j.status in HOLDS_A_SLOT]
-    for job in running:  # who holds which GPU, and claims the ads may not show yet
-        name = partitionable_slot_of(job.remote_slot) if job.remote_slot else job.pinned_slot
-        if name not in live.row or not job.pinned_gpus or any(g >= len(slots[name].gpus) for g in job.pinned_gpus):
-            continue
-        live.mark_owner(job, name, job.pinned_gpus)
-        if claim_not_yet_in_ad(job, slots) == name:
-            live.take(job, name, job.pinned_gpus)
-    idle = [j for j in gpu_jobs if j.status is JobStatus.IDLE]
-    kept: list[Job] = []
-    for job in sorted((j for j in idle if j.pinned_slot is not None), key=lambda j: (j.pinned_cycle or 0, j.key)):
-        why = _stale(job, slots, cycle, unpin_age_cycles)
-        if why is None and job.pinned_slot in mixed:
-            why = f"{job.pinned_slot} holds GPUs of more than one model, which GPU sharing does not plan"
-        if why is None:
-            task = _task(job, owner_code[job.owner], None)
-            try:
-                live.fleet.commit(task, GpuPlacement(live.row[job.pinned_slot], job.pinned_gpus))  # type: ignore[index]
-            except ValueError:
-                why = f"pinned slot {job.pinned_slot} cannot hold it with the pins kept before it"
-        if why is None:
-            kept.append(job)
-        else:
-            unpins.append((job.key, why))
-    kept_keys = {j.key for j in kept}
-    holds, enrolls, to_plan = [], [], []
-    for job in idle:
-        if job.key in kept_keys:
-            continue
-        why = never_fits(job, gpu_slots)
-        if why is not None:
-            holds.append((job.key, f"GPU sharing can never place it: {why}"))
-            continue
-        if not job.has_pin_clause:
-            enrolls.append((job.key, job.attributes.get("Requirements")))
-        to_plan.append(job)
-    every_gpu = [g for s in gpu_slots for g in s.gpus]
-    cache: dict = {}
-    ordered = _fair_order(to_plan, running, state.user_priorities)
-    tasks = [_task(j, owner_code[j.owner], accepted_models(j.attributes.get(GPU.match_request_attr), every_gpu, cache))
-             for j in ordered]
-    context = GpuPlanContext(rng=np.random.default_rng([settings.seed, cycle]),
-                             typical_tasks=typical_tasks(tasks + [_task(j, owner_code[j.owner], None) for j in running]),
-                             settings=settings)
-    placements = policy.place(live.fleet, tasks, context) if usable and tasks else [None] * len(tasks)
-    pins, unplaced = [], []
-    for job, task, where in zip(ordered, tasks, placements):
-        if where is None:
-            reasons[job.key] = why = f"waiting: {_unplaced_reason(job, task, gpu_slots, usable)}"
-            unplaced.append(Unplaced(job.key, why))
-            continue
-        slot = usable[where.node]
-        memory = max(memory_per_gpu(job, slot.gpus[g]) for g in where.gpus)
-        pins.append(GpuPin(job.key, slot.name, tuple(sorted(where.gpus)), memory, job.gpu.compute))  # type: ignore[union-attr]
-        reasons[job.key] = (f"pinned to GPU {','.join(map(str, sorted(where.gpus)))} of {slot.name} in cycle {cycle} "
-                            f"({job.gpu.compute}/1000 of each, {memory} MB)")  # type: ignore[union-attr]
-    plan = Plan(policy.name, (), tuple(unplaced), {"gpu_pins": len(pins), "gpu_nodes": len(usable)})
-    return GpuSharingDecision(tuple(j.key for j in kept), tuple(unpins), tuple(enrolls), tuple(holds), tuple(pins),
-                              reasons, plan)
+class GpuView:
+    """The GPU mode's view of one cycle (module docstring): the GPU node slots as a fleet,
+    with what running jobs, claims the ads do not show yet and kept pins hold."""
+
+    def __init__(self, jobs: ModeJobs, context: ModeContext) -> None:
+        state = context.state
+        self.context = context
+        self.slots = {s.name: s for s in state.slots}
+        self.gpu_slots = [s for s in state.slots if s.kind is SlotKind.GPU_NODE and s.gpus]
+        self.mixed = {s.name for s in self.gpu_slots if len({g.model for g in s.gpus}) > 1}
+        self.any_jobs = bool(jobs.all)
+        self.owner_code = {o: i for i, o in enumerate(sorted({j.owner for j in jobs.all}))}
+        self.usable = [s for s in self.gpu_slots if s.unavailable is None and s.name not in self.mixed]
+        self.live = _Fleet(self.usable, self.owner_code)
+        self.running = [j for j in jobs.all if j.status in HOLDS_A_SLOT]
+        live, slots = self.live, self.slots
+        for job in self.running:  # who holds which GPU, and claims the ads may not show yet
+            name = partitionable_slot_of(job.remote_slot) if job.remote_slot else job.pinned_slot
+            if name not in live.row or not job.pinned_gpus or any(g >= len(slots[name].gpus) for g in job.pinned_gpus):
+                continue
+            live.mark_owner(job, name, job.pinned_gpus)
+            if claim_not_yet_in_ad(job, slots) == name:
+                live.take(job, name, job.pinned_gpus)
+
+    def slot(self, name: str | None) -> Slot | None:
+        return self.slots.get(name) if name is not None else None
+
+    def pin_problem(self, job: Job, slot: Slot) -> str | None:
+        if len(job.pinned_gpus) != job.gpu.count or any(g >= len(slot.gpus) for g in job.pinned_gpus):  # type: ignore[union-attr]
+            return f"its pin names GPUs {job.pinned_gpus or '(none)'} that {slot.name} does not hold for it"
+        return None
+
+    def keep_order(self, job: Job) -> tuple:
+        return (job.pinned_cycle or 0, job.key)
+
+    def keep(self, job: Job) -> str | None:
+        """A kept pin's shares committed to its GPUs; a node of mixed models is not planned."""
+        if job.pinned_slot in self.mixed:
+            return f"{job.pinned_slot} holds GPUs of more than one model, which GPU sharing does not plan"
+        task = _task(job, self.owner_code[job.owner], None)
+        try:
+            self.live.fleet.commit(task, GpuPlacement(self.live.row[job.pinned_slot], job.pinned_gpus))  # type: ignore[index]
+        except ValueError:
+            return f"pinned slot {job.pinned_slot} cannot hold it with the pins kept before it"
+        return None
+
+    def never_fits(self, job: Job) -> str | None:
+        why = never_fits(job, self.gpu_slots)
+        return None if why is None else f"GPU sharing can never place it: {why}"
+
+    def plan(self, policy: GpuPolicy, jobs: list[Job], refused: Mapping[JobKey, str]) -> ModePlan:
+        """The GPU policy on a batch in fair-share order; each placement a pin to its GPUs."""
+        if not self.any_jobs:
+            return ModePlan()
+        context, live, usable, owner_code = self.context, self.live, self.usable, self.owner_code
+        cycle, settings = context.cycle, context.settings
+        every_gpu = [g for s in self.gpu_slots for g in s.gpus]
+        cache: dict = {}
+        ordered = _fair_order(jobs, self.running, context.state.user_priorities)
+        tasks = [_task(j, owner_code[j.owner], accepted_models(j.attributes.get(GPU.match_request_attr), every_gpu, cache))
+                 for j in ordered]
+        plan_context = GpuPlanContext(
+            rng=np.random.default_rng([settings.seed, cycle]),
+            typical_tasks=typical_tasks(tasks + [_task(j, owner_code[j.owner], None) for j in self.running]),
+            settings=settings)
+        placements = policy.place(live.fleet, tasks, plan_context) if usable and tasks else [None] * len(tasks)
+        pins, unplaced, reasons = [], [], {}
+        for job, task, where in zip(ordered, tasks, placements):
+            if where is None:
+                reasons[job.key] = why = f"waiting: {_unplaced_reason(job, task, self.gpu_slots, usable)}"
+                unplaced.append(Unplaced(job.key, why))
+                continue
+            slot = usable[where.node]
+            memory = max(memory_per_gpu(job, slot.gpus[g]) for g in where.gpus)
+            pins.append(GpuPin(job.key, slot.name, tuple(sorted(where.gpus)), memory, job.gpu.compute))  # type: ignore[union-attr]
+            reasons[job.key] = (f"pinned to GPU {','.join(map(str, sorted(where.gpus)))} of {slot.name} in cycle "
+                                f"{cycle} ({job.gpu.compute}/1000 of each, {memory} MB)")  # type: ignore[union-attr]
+        plan = Plan(policy.name, (), tuple(unplaced), {"gpu_pins": len(pins), "gpu_nodes": len(usable)})
+        return ModePlan(tuple(pins), (plan,), reasons)
 
 
 def _unplaced_reason(job: Job, task: GpuTask, gpu_slots: Sequence[Slot], usable: Sequence[Slot]) -> str:

@@ -3,8 +3,8 @@
 Only jobs that opt in take part: ``+CoSchedMalleable = true`` with an
 ``AllowedExecuteDuration`` (the requested time the policy reads), requesting a whole node
 (``RequestCpus`` = a node slot's cores: paper 001's jobs are whole-node). HTCondor starts
-them statically on a node's NODE slot as any job; this module decides only the malleable
-starts, each cycle:
+them statically on a node's NODE slot as any job; this module's view (``MatesView``, under
+the shared mechanics of ``mode_cycle.py``) decides only the malleable starts, each cycle:
 
 * a **guest** is an idle malleable job the ``sd`` planner starts on part of the cores of a
   running malleable **mate**: the sidecar pins it to the mate's node's GUEST slot (an
@@ -38,12 +38,14 @@ from typing import Mapping, Sequence
 
 import classad2
 
-from condor_sched.edits import PIN_ATTRS, UNDEFINED
+from condor_sched.edits import PIN_ATTRS, UNDEFINED, JobChange
 from condor_sched.model import (
-    EXECUTE_DURATION_ATTR, HOLDS_A_SLOT, MAX_EXECUTE_DURATION_S, PIN_GUEST_ATTR, PIN_MATE_ATTR, PIN_MATE_BASE_ATTR,
+    EXECUTE_DURATION_ATTR, HOLDS_A_SLOT, MAX_EXECUTE_DURATION_S, PIN_CYCLE_ATTR, PIN_GUEST_ATTR, PIN_MATE_ATTR,
+    PIN_MATE_BASE_ATTR, PIN_SLOT_ATTR, PIN_TIME_ATTR,
     PIN_MATE_INCREASE_ATTR,
     Job, JobKey, Plan, PoolState, Slot, SlotKind, Unplaced, duration_s, partitionable_slot_of,
 )
+from condor_sched.modes.interface import ModeContext, ModeJobs, ModePlan
 from condor_sched.modes.planning import PlanSettings, Policy
 from condor_sched.modes.mates.cpu_nodes import (
     NodeCluster,
@@ -68,6 +70,21 @@ class GuestPin:
     increase_s: int
     predicted_end_s: float
 
+    @property
+    def needs(self) -> JobKey:
+        """The mate whose longer limit must be written before this pin."""
+        return self.mate
+
+    def change(self, cycle: int, now_s: float) -> JobChange:
+        """Cycle, time, mate and increase first, the slot last (that write pins)."""
+        return JobChange(self.job, ((PIN_CYCLE_ATTR, str(cycle)), (PIN_TIME_ATTR, str(int(now_s))),
+                                    (PIN_MATE_ATTR, classad2.quote(self.mate.job_id)),
+                                    (PIN_MATE_INCREASE_ATTR, str(self.increase_s)),
+                                    (PIN_SLOT_ATTR, classad2.quote(self.slot))))
+
+    def describe(self) -> str:
+        return f"{self.slot} as guest of {self.mate}"
+
 
 @dataclass(frozen=True, slots=True)
 class MateChange:
@@ -77,6 +94,9 @@ class MateChange:
     job: JobKey
     writes: tuple[tuple[str, str], ...]
     why: str
+
+    def change(self) -> JobChange:
+        return JobChange(self.job, self.writes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,21 +165,6 @@ class _Live:
             if job.key.job_id == name and job.malleable:
                 return job
         return None
-
-
-def _stale_guest(job: Job, live: _Live, cycle: int, unpin_age: int) -> str | None:
-    slot = live.slots.get(job.pinned_slot or "")
-    if slot is None or slot.kind is not SlotKind.GUEST:
-        return f"guest slot {job.pinned_slot} vanished"
-    if job.start_refused is not None:
-        return f"{slot.machine} refused it as a guest: {job.start_refused}"
-    if slot.unavailable is not None:
-        return f"guest slot {slot.name} {slot.unavailable}"
-    if live.mate_of(job, slot.machine) is None:
-        return f"its mate {job.attributes.get(PIN_MATE_ATTR)} no longer runs on {slot.machine}"
-    if job.pinned_cycle is None or cycle - job.pinned_cycle >= unpin_age:
-        return f"guest pin to {slot.name} not matched within {unpin_age} cycles"
-    return None
 
 
 def _named_by_mate(guest: Job, live: _Live) -> bool:
@@ -239,81 +244,97 @@ def _refused_on(job: Job) -> str | None:
 _ERROR_FROM = re.compile(r"^Error from (\S+?):")
 
 
-def decide_node_sharing(state: PoolState, cycle: int, policy: Policy, settings: PlanSettings,
-                        unpin_age_cycles: int) -> NodeSharingDecision:
-    """The node-sharing part of a cycle (module docstring)."""
-    # A malleable device, GPU or spread job belongs to its own mode (``Job.sharing_mode``; the
-    # guest slot's START takes CPU jobs only): node sharing neither plans, unpins nor restores it.
-    malleable = [j for j in state.jobs if j.sharing_mode == "mates"]
-    if not malleable:
-        return NodeSharingDecision()
-    live = _Live(state)
-    now_s = state_time(state)
-    unpins: list[tuple[JobKey, str]] = []
-    kept: list[Job] = []
-    pinned = sorted((j for j in malleable if j.is_idle and j.pinned_slot is not None),
-                    key=lambda j: (not _named_by_mate(j, live), j.pinned_cycle or 0, j.key))
-    for job in pinned:
-        why = _stale_guest(job, live, cycle, unpin_age_cycles) or _slot_taken(job, live, kept)
-        (unpins.append((job.key, why)) if why else kept.append(job))
-    kept_keys = {j.key for j in kept}
-    restore = []
-    for mate in malleable:
-        guest_name = mate.attributes.get(PIN_GUEST_ATTR)
-        if guest_name is None and PIN_MATE_BASE_ATTR not in mate.attributes:
-            continue
-        guest = live.by_text.get(str(guest_name)) if guest_name is not None else None
-        if guest_name is not None and guest is None:
-            continue  # the guest left the queue: it may have run on the mate's cores
-        if guest is None or not _hosted(mate, guest, live, kept_keys):
-            restore.append(_restore(mate, f"guest {guest_name} did not run on its node"))
-    reasons: dict[JobKey, str] = {}
-    sizes = _whole_node_sizes(live)
-    guest_slots = {s.name: s for s in live.guest_slot.values()}
-    queue_by_size: dict[int, list[Job]] = {}
-    for job in sorted(malleable, key=lambda j: (j.submitted_at_s, j.key)):
-        if not job.is_idle or job.key in kept_keys:
-            continue
-        why = _participation(job, sizes, guest_slots)
-        if why is not None:
-            reasons[job.key] = f"waiting: {why}"
-        else:
-            queue_by_size.setdefault(int(job.request.cpus), []).append(job)
-    pins: list[GuestPin] = []
-    lengthen: list[MateChange] = []
-    plans: list[Plan] = []
-    for size, queue in sorted(queue_by_size.items()):
-        cluster, mates = _cluster(live, size, queue, kept, now_s, settings)
-        starts = policy.starts(cluster, settings)  # type: ignore[attr-defined]
-        started = set()
-        for start in starts:
-            started.add(start.job)
-            if not start.malleable:
-                reasons[start.job] = f"waiting: {start.nodes[0]} has {size} free cores for it (HTCondor starts it)"
+class MatesView:
+    """The mates mode's view of one cycle (module docstring): node and guest slots, who runs
+    where, and the guests kept pinned so far."""
+
+    never_fits = None  # a job that cannot be a guest waits for a static start, with the reason
+
+    def __init__(self, jobs: ModeJobs, context: ModeContext) -> None:
+        self.context = context
+        self.live = _Live(context.state)
+        self.malleable = jobs.all
+        self.kept: list[Job] = []
+
+    def slot(self, name: str | None) -> Slot | None:
+        return self.live.slots.get(name) if name is not None else None
+
+    def pin_problem(self, job: Job, slot: Slot) -> str | None:
+        if self.live.mate_of(job, slot.machine) is None:
+            return f"its mate {job.attributes.get(PIN_MATE_ATTR)} no longer runs on {slot.machine}"
+        return None
+
+    def keep_order(self, job: Job) -> tuple:
+        """The guest its mate names first, then older pins."""
+        return (not _named_by_mate(job, self.live), job.pinned_cycle or 0, job.key)
+
+    def keep(self, job: Job) -> str | None:
+        why = _slot_taken(job, self.live, self.kept)
+        if why is None:
+            self.kept.append(job)
+        return why
+
+    def plan(self, policy: Policy, jobs: list[Job], refused: Mapping[JobKey, str]) -> ModePlan:
+        """Mates whose guest did not run get their limit back; the waiting malleable jobs are
+        planned by size of node, each start on a mate's cores a guest pin."""
+        live, kept, cycle, settings = self.live, self.kept, self.context.cycle, self.context.settings
+        now_s = state_time(self.context.state)
+        kept_keys = {j.key for j in kept}
+        restore = []
+        for mate in self.malleable:
+            guest_name = mate.attributes.get(PIN_GUEST_ATTR)
+            if guest_name is None and PIN_MATE_BASE_ATTR not in mate.attributes:
                 continue
-            mate = mates[start.mates[0]]
-            machine = start.nodes[0]
-            increase = int(math.ceil(start.mate_increase_s))
-            pins.append(GuestPin(start.job, live.guest_slot[machine].name, mate.key, increase, start.predicted_end_s))
-            lengthen.append(lengthen_change(mate, start.job, increase))
-            reasons[start.job] = (f"pinned to {live.guest_slot[machine].name} in cycle {cycle}: guest of "
-                                  f"{mate.key.job_id} on {start.cores_per_node} of its cores")
-        hosts = [live.guest_slot[s.machine] for s in live.node_slots
-                 if s.total.cpus == size and s.machine in live.guest_slot]
-        usable = [g for g in hosts if g.unavailable is None]
-        if usable:
-            why = "no running mate ends it sooner as a guest (SD-Policy, MAX_SLOWDOWN)"
-        elif hosts:
-            why = f"no node can host a guest now ({hosts[0].name} {hosts[0].unavailable})"
-        else:
-            why = f"no node of {size} cores has a guest slot"
-        for job in queue:
-            if job.key not in started:
-                reasons[job.key] = f"waiting: for a whole node; {why}"
-        plans.append(Plan("sd-live", (), tuple(Unplaced(j.key, reasons[j.key]) for j in queue
-                                               if j.key not in started), {"guests": len(pins)}))
-    return NodeSharingDecision(tuple(j.key for j in kept), tuple(unpins), tuple(lengthen), tuple(restore),
-                               tuple(pins), reasons, tuple(plans))
+            guest = live.by_text.get(str(guest_name)) if guest_name is not None else None
+            if guest_name is not None and guest is None:
+                continue  # the guest left the queue: it may have run on the mate's cores
+            if guest is None or not _hosted(mate, guest, live, kept_keys):
+                restore.append(_restore(mate, f"guest {guest_name} did not run on its node"))
+        reasons: dict[JobKey, str] = {}
+        sizes = _whole_node_sizes(live)
+        guest_slots = {s.name: s for s in live.guest_slot.values()}
+        queue_by_size: dict[int, list[Job]] = {}
+        for job in sorted(jobs, key=lambda j: (j.submitted_at_s, j.key)):
+            why = _participation(job, sizes, guest_slots)
+            if why is not None:
+                reasons[job.key] = f"waiting: {why}"
+            else:
+                queue_by_size.setdefault(int(job.request.cpus), []).append(job)
+        pins: list[GuestPin] = []
+        lengthen: list[MateChange] = []
+        plans: list[Plan] = []
+        for size, queue in sorted(queue_by_size.items()):
+            cluster, mates = _cluster(live, size, queue, kept, now_s, settings)
+            starts = policy.starts(cluster, settings)  # type: ignore[attr-defined]
+            started = set()
+            for start in starts:
+                started.add(start.job)
+                if not start.malleable:
+                    reasons[start.job] = f"waiting: {start.nodes[0]} has {size} free cores for it (HTCondor starts it)"
+                    continue
+                mate = mates[start.mates[0]]
+                machine = start.nodes[0]
+                increase = int(math.ceil(start.mate_increase_s))
+                pins.append(GuestPin(start.job, live.guest_slot[machine].name, mate.key, increase,
+                                     start.predicted_end_s))
+                lengthen.append(lengthen_change(mate, start.job, increase))
+                reasons[start.job] = (f"pinned to {live.guest_slot[machine].name} in cycle {cycle}: guest of "
+                                      f"{mate.key.job_id} on {start.cores_per_node} of its cores")
+            hosts = [live.guest_slot[s.machine] for s in live.node_slots
+                     if s.total.cpus == size and s.machine in live.guest_slot]
+            usable = [g for g in hosts if g.unavailable is None]
+            if usable:
+                why = "no running mate ends it sooner as a guest (SD-Policy, MAX_SLOWDOWN)"
+            elif hosts:
+                why = f"no node can host a guest now ({hosts[0].name} {hosts[0].unavailable})"
+            else:
+                why = f"no node of {size} cores has a guest slot"
+            for job in queue:
+                if job.key not in started:
+                    reasons[job.key] = f"waiting: for a whole node; {why}"
+            plans.append(Plan("sd-live", (), tuple(Unplaced(j.key, reasons[j.key]) for j in queue
+                                                   if j.key not in started), {"guests": len(pins)}))
+        return ModePlan(tuple(pins), tuple(plans), reasons, tuple(lengthen), tuple(restore))
 
 
 def _cluster(live: _Live, size: int, queue: Sequence[Job], kept: Sequence[Job], now_s: float,
