@@ -20,3 +20,12 @@ class ConfigError(ValueError):
 
 class StateError(OSError):
     """The node agent's state dir or socket is missing, unsafe or unusable."""
+
+
+class Refused(Exception):
+    """A start the node agent refuses; ``code`` is the hook's exit code (3: full, 5: retry)."""
+
+    def __init__(self, code: int, message: str, job: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.job = job

@@ -98,7 +98,9 @@ def test_the_circle_finder_finds_a_circle_through_a_function_level_import():
 
 
 def test_every_module_is_under_600_lines():
-    long = {str(p.relative_to(PACKAGE.parent)): n for p in _modules().values()
+    node_side = sorted((PACKAGE.parent / "node_hooks").rglob("*.py"))
+    assert node_side  # the execute node's programs, root-run ones among them, are held to it too
+    long = {str(p.relative_to(PACKAGE.parent)): n for p in [*_modules().values(), *node_side]
             if (n := len(p.read_text().splitlines())) >= MAX_MODULE_LINES}
     assert long == {}
 
