@@ -21,6 +21,7 @@ from condor_sched.model import Job, JobKey, JobStatus, Unplaced
 from condor_sched.modes.devices.capacity import Capacity, demand
 from condor_sched.modes.interface import ModeJobs, SharingMode
 from condor_sched.modes.planning import PlanSettings
+from condor_sched.modes.slot_mode import Waiting
 
 _status = attrgetter("status")
 #: A PlanCache row's job record, whether a device plan considers it, FIFO order, demand
@@ -215,7 +216,7 @@ class ShapeQueues:
     #: (``told_valid`` False: to be built again from the plan).
     told: dict[JobKey, str] = field(default_factory=dict)
     told_valid: bool = False
-    waiting: _Waiting = field(default_factory=lambda: _Waiting())
+    waiting: Waiting = field(default_factory=Waiting)
     #: Per shape, its rows in the order they starve ((first-seen cycle, FIFO) keys and rows),
     #: kept only while the first-seen map goes on from the one they were built with (``seen_map``).
     seen_order: dict[Capacity, list[tuple]] | None = None
@@ -357,13 +358,6 @@ def covered(job: Job) -> bool:
 #: A job's key, the cycle's order of jobs (a tuple: compared without calling Python code).
 _key_order = attrgetter("key")
 
-
-class _Waiting(dict):
-    """``waiting_reason`` of each reason string, each built once."""
-
-    def __missing__(self, reason: str) -> str:
-        self[reason] = out = f"waiting: {reason}"
-        return out
 
 
 def _where(jobs: Sequence[Job], attr: Callable[[Job], Any], test: Callable[[Any, Any], bool], value: Any) -> list[Job]:

@@ -12,12 +12,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from condor_sched.cycle_cache import (
-    _NOT_YET_UNPLACED, PlanCache, ShapeQueues, _Waiting, _fifo, _last_unplaced, _record, _shape,
+    _NOT_YET_UNPLACED, PlanCache, ShapeQueues, _fifo, _last_unplaced, _record, _shape,
 )
 from condor_sched.model import JobKey, Plan, Slot, SlotKind, Unplaced
 from condor_sched.modes.devices.capacity import Capacity, free_capacity, split_too_big
 from condor_sched.modes.devices.capacity import _not_fitted_reason as not_fitted_reason
 from condor_sched.modes.planning import PlanRequest, PlanSettings, Policy, run_policy
+from condor_sched.modes.slot_mode import Waiting
 
 _job_of, _reason_of = attrgetter("job"), attrgetter("reason")
 
@@ -48,7 +49,7 @@ def bounded_run(policy: Policy, request: PlanRequest, settings: PlanSettings, ca
         cache.queues = ShapeQueues()
     queues = cache.queues
     if len(queues.waiting) > 4096:  # reasons that name a cycle count grow without end
-        queues.waiting = _Waiting()
+        queues.waiting = Waiting()
     continued = cache.covered.continued_from if cache.covered is not None else None
     queues.follow_first_seen(request.first_seen_cycle, request.cycle, continued)
     came = queues.update(request.idle, cache, settings)
