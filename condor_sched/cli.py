@@ -20,7 +20,11 @@ from condor_sched.modes.planning import PolicyError, PolicyKind
 from condor_sched.modes.registry import get_policy, policy_names
 from condor_sched.resources import default_snapshot_dir
 from condor_sched.modes.registry import gpu_policy, gpu_policy_names
-from condor_sched.settings import DEFAULT_GPU_POLICY, LIVE_NODE_POLICY, SettingsError
+from condor_sched.settings import DEFAULT_GPU_POLICY, LIVE_NODE_POLICY, SettingsError, SidecarSettings
+
+#: What the sidecar runs when no COSCHED_* knob says otherwise: plan, explain and simulate
+#: decide with the same policies by default, so a snapshot plan is the sidecar's.
+SIDECAR_DEFAULTS = SidecarSettings()
 
 DEFAULT_SNAPSHOT = default_snapshot_dir()
 
@@ -87,12 +91,13 @@ def show(queue: Path, machines: Path, as_json: bool) -> None:
 
 @main.command()
 @with_snapshot
-@click.option("--policy", default="knapsack", show_default=True, type=click.Choice(policy_names() + gpu_policy_names(device_policies=False)),
-              help="Planning policy; a spread policy (sns, sns-global, ce, cs) replaces --spread-policy, a GPU "
+@click.option("--policy", default=SIDECAR_DEFAULTS.policy, show_default=True,
+              type=click.Choice(policy_names() + gpu_policy_names(device_policies=False)),
+              help="Planning policy (default: the sidecar's COSCHED_POLICY default); a spread policy (sns, sns-global, ce, cs) replaces --spread-policy, a GPU "
                    "policy (random-fit, best-fit, dot-product, gpu-packing, gpu-clustering, fgd) the GPU jobs' "
                    "(default: COSCHED_GPU_POLICY's default).")
 @gpu_policy_option("COSCHED_GPU_POLICY's default")
-@click.option("--spread-policy", default="sns", show_default=True, type=click.Choice(["none", *policy_names(PolicyKind.SPREAD)]),
+@click.option("--spread-policy", default=SIDECAR_DEFAULTS.spread_policy, show_default=True, type=click.Choice(["none", *policy_names(PolicyKind.SPREAD)]),
               help="Policy for +CoSchedProgram jobs (COSCHED_SPREAD_POLICY); none leaves them.")
 @click.option("--granularity-mb", type=bounded_int(1, MAX_GRANULARITY_MB), default=50, show_default=True,
               help="Device memory granularity of the knapsack.")
@@ -134,8 +139,8 @@ def plan(queue: Path, machines: Path, policy: str, gpu_policy_name: str | None, 
                             solver_time_limit_s=time_limit, seed=seed, thread_overcommit=thread_overcommit,
                             deterministic=deterministic)
     spread = None if spread_policy == "none" else get_policy(spread_policy)
-    config = CycleConfig(get_policy("knapsack"), spread, settings, unpin_age_cycles, _profiles(profiles_dir),
-                         node_policy=get_policy(LIVE_NODE_POLICY),
+    config = CycleConfig(get_policy(SIDECAR_DEFAULTS.policy), spread, settings, unpin_age_cycles,
+                         _profiles(profiles_dir), node_policy=get_policy(LIVE_NODE_POLICY),
                          gpu_policy=gpu_policy(DEFAULT_GPU_POLICY)).with_policy(policy)
     if gpu_policy_name:
         config = config.with_gpu_policy(gpu_policy_name)
@@ -152,7 +157,7 @@ def plan(queue: Path, machines: Path, policy: str, gpu_policy_name: str | None, 
 @with_snapshot
 @click.option("--live", is_flag=True, help="Read the live pool (CONDOR_CONFIG) instead of a snapshot.")
 @click.option("--policy", type=click.Choice(policy_names() + gpu_policy_names(device_policies=False)), default=None,
-              help="Decide with this policy (default: COSCHED_POLICY when --live, else knapsack).")
+              help="Decide with this policy (default: COSCHED_POLICY when --live, else its default).")
 @gpu_policy_option("COSCHED_GPU_POLICY when --live, else its default")
 def explain(job_id: str, queue: Path, machines: Path, live: bool, policy: str | None,
             gpu_policy_name: str | None) -> None:
@@ -184,8 +189,7 @@ def explain(job_id: str, queue: Path, machines: Path, live: bool, policy: str | 
         config = CycleConfig.from_settings(settings, _profiles(settings.profile_dir))
     else:
         state = _load_snapshot(queue, machines)
-        config = CycleConfig(get_policy("knapsack"), get_policy("sns"), profiles=_profiles(None),
-                             node_policy=get_policy(LIVE_NODE_POLICY), gpu_policy=gpu_policy(DEFAULT_GPU_POLICY))
+        config = CycleConfig.from_settings(SIDECAR_DEFAULTS, _profiles(None))
     if policy:
         config = config.with_policy(policy)
     if gpu_policy_name:
@@ -357,24 +361,24 @@ def release(force: bool) -> None:
 
 
 @main.command("install-node")
-@click.argument("directory", type=click.Path(path_type=Path))
+@click.argument("directory", type=click.Path(path_type=Path), required=False)
 @click.option("--force", is_flag=True, help="Replace files that differ from the shipped node hooks.")
-def install_node(directory: Path, force: bool) -> None:
+def install_node(directory: Path | None, force: bool) -> None:
     """Copy the execute-node programs (node_hooks/) into DIRECTORY, executable.
 
-    Run it on every execute node, then point the startd cron, the PREPARE_JOB hook and the
-    node agent at DIRECTORY (README, "Installing from a wheel"). Each file is printed with
-    what was done; files that differ from the shipped ones are refused (exit 1, nothing
-    written) unless --force.
+    DIRECTORY defaults to this install's PREFIX/libexec/condor_sched, the COSCHED_NODE_HOOKS
+    that `condor-sched config` writes; copy it to the same path on every execute node
+    (docs/admin.md). Each file is printed with what was done; files that differ from the
+    shipped ones are refused (exit 1, nothing written) unless --force.
 
     \b
     Example:
-      sudo condor-sched install-node /usr/libexec/condor_sched
+      sudo condor-sched install-node
     """
-    from condor_sched.install import InstallConflict, install_node_hooks
+    from condor_sched.install import InstallConflict, InstallPaths, install_node_hooks
 
     try:
-        installed = install_node_hooks(directory, force=force)
+        installed = install_node_hooks(directory or InstallPaths.running().node_hooks, force=force)
     except (InstallConflict, OSError) as e:
         raise click.ClickException(str(e)) from None
     for item in installed:
@@ -384,29 +388,40 @@ def install_node(directory: Path, force: bool) -> None:
 @main.command("config")
 @click.argument("name", required=False)
 @click.option("--list", "list_names", is_flag=True, help="Print the snippets' names only.")
-def config_command(name: str | None, list_names: bool) -> None:
+@click.option("--prefix", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Install prefix the snippets name (PREFIX/bin/condor-sched, PREFIX/libexec/condor_sched); "
+                   "default: this install's.")
+@click.option("--node-hooks", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Directory of the node programs on the execute nodes (default: PREFIX/libexec/condor_sched).")
+def config_command(name: str | None, list_names: bool, prefix: Path | None, node_hooks: Path | None) -> None:
     """Print the HTCondor config snippets (config.d/) an admin drops in, all or NAME.
 
     Each snippet's first lines say which hosts it is for (schedd hosts, execute nodes, the
-    sidecar's host). --list names them. Exit 2 for a name the package does not ship.
+    sidecar's host). Paths are this install's (or --prefix's), so a snippet is copied as it is.
+    --list names them. Exit 2 for a name the package does not ship.
 
     \b
     Example:
       condor-sched config 50-cosched-sidecar.conf > /etc/condor/config.d/50-cosched-sidecar.conf
     """
-    from condor_sched.install import UnknownSnippet, config_snippet, config_snippets
+    from condor_sched.install import InstallPaths, UnknownSnippet, config_snippet, config_snippets
 
+    if prefix is not None and not prefix.is_absolute() or node_hooks is not None and not node_hooks.is_absolute():
+        raise UsageFailure("--prefix and --node-hooks must be absolute paths")
+    paths = InstallPaths.under(prefix) if prefix else InstallPaths.running()
+    if node_hooks:
+        paths = InstallPaths(paths.sidecar, node_hooks)
     if list_names:
         click.echo("\n".join(config_snippets()))
     elif name:
         try:
-            click.echo(config_snippet(name), nl=False)
+            click.echo(config_snippet(name, paths), nl=False)
         except UnknownSnippet as e:
             raise UsageFailure(str(e)) from None
     else:
-        for snippet, path in config_snippets().items():
+        for snippet in config_snippets():
             click.echo(f"# ===== {snippet} =====")
-            click.echo(path.read_text(), nl=False)
+            click.echo(config_snippet(snippet, paths), nl=False)
 
 
 @main.group()

@@ -45,6 +45,7 @@ import classad2
 from condor_sched import __version__, lease
 from condor_sched.pool import CollectorUnreachable
 from condor_sched.settings import SettingsError
+from condor_sched.sidecar_log import LogFile
 from condor_sched.watch import Notices
 
 log = logging.getLogger("condor_sched.daemon")
@@ -52,7 +53,6 @@ log = logging.getLogger("condor_sched.daemon")
 AD_TYPE = "CoSchedSidecar"
 #: HTCondor's default for MAX_<SUBSYS>_LOG.
 DEFAULT_MAX_LOG_BYTES = 10 * 1024 * 1024
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: Numbers every ad carries, 0 until a cycle reports them.
 REQUIRED_NUMBERS = ("IdleJobs", "Pinned", "Unplaced")
 _ATTR_SUFFIX = re.compile(r"^[A-Z][A-Za-z0-9]*$")
@@ -89,42 +89,6 @@ class DaemonKnobs:
         name = str(param.get("COSCHED_NAME") or "").strip() or f"cosched@{machine}"
         return cls(name=f"{DRY_RUN_PREFIX}{name}" if dry_run else name, machine=machine, log_path=str(param.get("COSCHED_LOG") or "").strip(),
                    max_log_bytes=max_log_bytes)
-
-
-def _old_log_name(default_name: str) -> str:
-    """HTCondor keeps one rotated log as ``<log>.old``; RotatingFileHandler would say ``.1``."""
-    return default_name[:-2] + ".old" if default_name.endswith(".1") else default_name
-
-
-class LogFile:
-    """The root logger's file handler for COSCHED_LOG: bounded, replaced when the knobs change."""
-
-    def __init__(self) -> None:
-        self.handler: logging.handlers.RotatingFileHandler | None = None
-        self._knobs: tuple[str, int] | None = None
-
-    def apply(self, log_path: str, max_log_bytes: int) -> None:
-        if self._knobs == (log_path, max_log_bytes):
-            return
-        self.close()
-        self._knobs = (log_path, max_log_bytes)
-        if not log_path:
-            return
-        try:
-            handler = logging.handlers.RotatingFileHandler(log_path, maxBytes=max_log_bytes, backupCount=1)
-        except OSError as e:
-            raise SettingsError(f"COSCHED_LOG = {log_path}: {e.strerror or e}") from None
-        handler.namer = _old_log_name
-        handler.setFormatter(logging.Formatter(LOG_FORMAT))
-        logging.getLogger().addHandler(handler)
-        self.handler = handler
-
-    def close(self) -> None:
-        if self.handler is not None:
-            logging.getLogger().removeHandler(self.handler)
-            self.handler.close()
-            self.handler = None
-        self._knobs = None
 
 
 def log_to_cosched_log() -> LogFile:
@@ -370,6 +334,7 @@ class SidecarDaemon:
         if knobs.name != self.knobs.name:
             self._invalidate()
         self.knobs = knobs
+        self.status = replace(self.status, config_error=self.log_file.problem)   # "" when COSCHED_LOG is used
 
     def _reconfigure(self) -> None:
         """SIGHUP: reload the configuration files; keep the running configuration if the new one is bad."""
@@ -381,8 +346,6 @@ class SidecarDaemon:
         except Exception as e:
             log.error("reconfig failed, keeping the previous settings: %s", e)
             self.status = replace(self.status, config_error=f"{type(e).__name__}: {e}")
-        else:
-            self.status = replace(self.status, config_error="")
 
     # --- the loop ------------------------------------------------------------------
 

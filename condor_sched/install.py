@@ -2,11 +2,15 @@
 
 ``install_node_hooks`` copies the execute-node programs into a directory of the admin's
 choice; ``config_snippets`` names the HTCondor config files an admin drops into a host's
-``config.d/``. Both read the shipped files through :mod:`condor_sched.resources`.
+``config.d/``, and ``config_snippet`` renders one with this install's paths
+(:class:`InstallPaths`), so it is copied as it is. Both read the shipped files through
+:mod:`condor_sched.resources`.
 """
 from __future__ import annotations
 
 import os
+import re
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,14 +107,50 @@ def install_node_hooks(target_dir: Path, force: bool = False) -> list[InstalledF
     return [InstalledFile(destination, action) for _, destination, action in actions]
 
 
+#: Where, under an install prefix, the sidecar's command and the node programs live.
+SIDECAR_IN_PREFIX = Path("bin") / "condor-sched"
+NODE_HOOKS_IN_PREFIX = Path("libexec") / "condor_sched"
+
+
+@dataclass(frozen=True, slots=True)
+class InstallPaths:
+    """The paths a rendered snippet names: the sidecar's command (``COSCHED_SIDECAR``) and the
+    directory of node programs on every execute node (``COSCHED_NODE_HOOKS``)."""
+
+    sidecar: Path
+    node_hooks: Path
+
+    @classmethod
+    def under(cls, prefix: Path) -> "InstallPaths":
+        """The paths of an install under ``prefix`` (a venv's directory, /opt/condor-sched)."""
+        return cls(prefix / SIDECAR_IN_PREFIX, prefix / NODE_HOOKS_IN_PREFIX)
+
+    @classmethod
+    def running(cls) -> "InstallPaths":
+        """This install's: the ``condor-sched`` beside the running Python (a venv's bin/), and
+        the node programs under its prefix (where ``install-node`` copies them by default)."""
+        return cls(Path(sys.executable).parent / "condor-sched", Path(sys.prefix) / NODE_HOOKS_IN_PREFIX)
+
+
+#: The knobs that name an install path, and which path each takes.
+_PATH_KNOBS = {"COSCHED_SIDECAR": "sidecar", "COSCHED_NODE_HOOKS": "node_hooks"}
+_KNOB_LINE = re.compile(r"^(?P<knob>" + "|".join(_PATH_KNOBS) + r")\s*=.*$", re.MULTILINE)
+
+
+def render_snippet(text: str, paths: InstallPaths) -> str:
+    """``text`` with every install-path knob's value set to ``paths``' (other lines as shipped)."""
+    return _KNOB_LINE.sub(lambda m: f"{m['knob']} = {getattr(paths, _PATH_KNOBS[m['knob']])}", text)
+
+
 def config_snippets() -> dict[str, Path]:
     """The shipped config.d snippets, by file name, in the order HTCondor reads them."""
     return {p.name: p for p in sorted(config_d_dir().glob("*.conf"))}
 
 
-def config_snippet(name: str) -> str:
-    """The text of the snippet ``name`` (e.g. ``50-cosched-sidecar.conf``)."""
+def config_snippet(name: str, paths: InstallPaths | None = None) -> str:
+    """The text of the snippet ``name`` (e.g. ``50-cosched-sidecar.conf``) with ``paths``
+    (default: this install's) in its path knobs."""
     snippets = config_snippets()
     if name not in snippets:
         raise UnknownSnippet(f"no config snippet {name!r}; the package ships: {', '.join(snippets)}")
-    return snippets[name].read_text()
+    return render_snippet(snippets[name].read_text(), paths or InstallPaths.running())

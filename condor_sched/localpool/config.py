@@ -109,10 +109,6 @@ def starter_wrapper_path(node: str) -> PurePosixPath:
     return WRAPPER_DIR / node / "condor_starter"
 
 
-def prepare_job_wrapper_path(node: str) -> PurePosixPath:
-    return WRAPPER_DIR / node / "prepare_job"
-
-
 @dataclass(frozen=True, slots=True)
 class HookFiles:
     """Which node_hooks programs exist at ``up`` time (a missing one is not wired)."""
@@ -208,7 +204,7 @@ def render_pool_config(nodes: list[Node], hooks: HookFiles, domain: str = DOMAIN
         lines += [
             "",
             "# Job hook: every starter runs with -local-name slot_type_N, so the per-node",
-            "# starter wrapper points _CONDOR_COSCHED_HOOK_PREPARE_JOB at its node's wrapper.",
+            "# starter wrapper sets _CONDOR_COSCHED_HOOK_PREPARE_JOB_ARGS to its node's config.",
             "STARTER_DEFAULT_JOB_HOOK_KEYWORD = COSCHED",
             f"COSCHED_HOOK_PREPARE_JOB = {WRAPPER_DIR / 'prepare_job'}",
         ]
@@ -250,29 +246,27 @@ GPU_NODE_STARTER_ENV = ("ENVIRONMENT_FOR_AssignedGPUs", "COSCHED_HTCONDOR_ASSIGN
 
 
 def render_starter_wrapper(node: str, hooks: HookFiles, gpu_node: bool = False) -> str:
-    """The node's starter: its own log, its node config for hooks, then condor_starter."""
+    """The node's starter: its own log, its node's PREPARE_JOB hook arguments (the knob
+    ``COSCHED_HOOK_PREPARE_JOB_ARGS`` set through the starter's environment, as the starters
+    of all the pool's nodes share one local name), then condor_starter."""
     lines = [
         "#!/bin/sh",
         f"# condor_starter of node {node} (written by condor-sched pool up)",
         f"export _CONDOR_STARTER_LOG={CONDOR_LOG_DIR}/StarterLog.{node}",
-        f"export COSCHED_NODE_CONFIG={node_config_path(node)}",
     ]
     if gpu_node:
         lines.append(f"export _CONDOR_{GPU_NODE_STARTER_ENV[0]}={GPU_NODE_STARTER_ENV[1]}")
     if hooks.prepare_job:
-        lines.append(f"export _CONDOR_COSCHED_HOOK_PREPARE_JOB={prepare_job_wrapper_path(node)}")
+        lines.append(f'export _CONDOR_COSCHED_HOOK_PREPARE_JOB_ARGS="--node-config {node_config_path(node)}"')
     lines.append('exec /usr/sbin/condor_starter "$@"')
     return "\n".join(lines) + "\n"
 
 
-def render_prepare_job_wrapper(node: str | None) -> str:
-    """Runs the repository's prepare-job hook with the chroot's python3 (it needs no x bit)."""
-    lines = ["#!/bin/sh", "# COSCHED prepare-job hook wrapper (written by condor-sched pool up)"]
-    if node is not None:
-        lines.append(f"COSCHED_NODE_CONFIG={node_config_path(node)}")
-        lines.append("export COSCHED_NODE_CONFIG")
-    lines.append(f'exec {PYTHON} -Es {HOOKS_DIR / PREPARE_JOB_SCRIPT} "$@"')
-    return "\n".join(lines) + "\n"
+def render_prepare_job_wrapper() -> str:
+    """Runs the repository's prepare-job hook with the chroot's python3 (the read-only bind
+    mount of the working tree keeps whatever modes a checkout gave its files)."""
+    return "\n".join(["#!/bin/sh", "# COSCHED prepare-job hook wrapper (written by condor-sched pool up)",
+                      f'exec {PYTHON} -Es {HOOKS_DIR / PREPARE_JOB_SCRIPT} "$@"', ""])
 
 
 #: The pool negotiates about every 2 s where a production pool does every 60 s: the sidecar's

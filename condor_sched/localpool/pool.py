@@ -157,7 +157,7 @@ def _install_config(settings: PoolSettings, inventory: Inventory, hooks: config.
     shutil.rmtree(settings.in_root(config.WRAPPER_DIR), ignore_errors=True)
     shutil.rmtree(settings.in_root(config.NODE_CONFIG_DIR), ignore_errors=True)
     if hooks.prepare_job:
-        _write(settings.in_root(config.WRAPPER_DIR / "prepare_job"), config.render_prepare_job_wrapper(None), 0o755)
+        _write(settings.in_root(config.WRAPPER_DIR / "prepare_job"), config.render_prepare_job_wrapper(), 0o755)
     condor = chroot.in_chroot(root, ["id", "-u", "condor"]).stdout.strip()
     condor_gid = chroot.in_chroot(root, ["id", "-g", "condor"]).stdout.strip()
     for i, node in enumerate(nodes, 1):
@@ -165,9 +165,6 @@ def _install_config(settings: PoolSettings, inventory: Inventory, hooks: config.
                json.dumps(node_config(node, config.DOMAIN), indent=2) + "\n")
         _write(settings.in_root(config.starter_wrapper_path(node.name)),
                config.render_starter_wrapper(node.name, hooks, bool(node.gpus)), 0o755)
-        if hooks.prepare_job:
-            _write(settings.in_root(config.prepare_job_wrapper_path(node.name)),
-                   config.render_prepare_job_wrapper(node.name), 0o755)
         execute = settings.in_root(config.CONDOR_EXECUTE_DIR / node.name)
         execute.mkdir(parents=True, exist_ok=True)
         os.chown(execute, int(condor), int(condor_gid))

@@ -49,8 +49,10 @@ _KEYS = ("makespan_s", "mean_wait_s", "mean_turnaround_s", "mean_slowdown", "thr
               help="Nodes: K one-Phi (sns-random: dual-Xeon) nodes (default 8), or the first K nodes of "
                    "--inventory (default all).")
 @click.option("--policy", default=None,
-              help="A registered policy name (default: knapsack; an openb workload: the sidecar's "
-                   "COSCHED_GPU_POLICY default, so the figures are what an admin gets).")
+              help="A registered policy name (default: the sidecar's own default for the workload's jobs: "
+                   "COSCHED_POLICY's for device workloads, COSCHED_SPREAD_POLICY's for sns-random, "
+                   "COSCHED_NODE_POLICY's with --cores-per-node, COSCHED_GPU_POLICY's for openb), so the "
+                   "figures are what an admin gets.")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seeds the workload and the policy.")
 @click.option("--inventory", "inventory_path", type=click.Path(dir_okay=False), default=None,
               help="Node inventory YAML (as the local pool's); default: paper 002's one-Phi nodes.")
@@ -131,7 +133,7 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
     if protocol is not None or batch is not None:
         raise BadInput("--protocol and --batch belong to openb workloads (--workload openb:PODS.csv "
                        "--inventory openb:NODES.csv)")
-    policy = policy or "knapsack"
+    policy = policy or sidecar_default_policy(workload, cores_per_node)
     cycle_s = DEFAULT_CYCLE_S if cycle_s is None else cycle_s
     if cores_per_node is not None or max_slowdown is not None or policy in policy_names(PolicyKind.NODE):
         _simulate_node_jobs(workload, jobs, nodes, policy, cores_per_node, max_slowdown, runtime_model, as_json)
@@ -182,6 +184,15 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
         if key in report:
             value = report[key]
             click.echo(f"  {key:26} {value:.3f}" if isinstance(value, float) else f"  {key:26} {value}")
+
+
+def sidecar_default_policy(workload: str, cores_per_node: int | None) -> str:
+    """The policy the sidecar runs by default for this workload's jobs: its node policy for whole-
+    node CPU jobs (--cores-per-node), its spread policy for Spread-n-Share jobs, else its device policy."""
+    defaults = SidecarSettings()
+    if cores_per_node is not None:
+        return defaults.node_policy
+    return defaults.spread_policy if workload.startswith("sns") else defaults.policy
 
 
 def _simulate_openb(workload: str, inventory: str | None, protocol: str, policy: str | None, seed: int,

@@ -40,7 +40,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from cosched_node import (channel, cpusets, gpu_watch, jobs, memory_watch, placement, procs, resctrl, rules, runs,
                           state)
-from cosched_node.config import NodeConfig, load_node_config, plain_absolute_path, state_dir_for
+from cosched_node.config import DEFAULT_NODE_CONFIG, NodeConfig, load_node_config, plain_absolute_path, state_dir_for
 from cosched_node.cpuset_duty import CpusetDuty
 from cosched_node.errors import (EXIT_BAD_AD, EXIT_BAD_CONFIG, EXIT_NO_STATE, EXIT_OK, EXIT_OVERSUBSCRIBED, ConfigError,
                                  Refused, StateError)
@@ -404,12 +404,14 @@ class Agent(CpusetDuty):
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=PROGRAM, description=__doc__.split("\n")[0])
-    parser.add_argument("--node-config", required=True)
-    parser.add_argument("--state-dir")
+    parser.add_argument("--node-config", default=DEFAULT_NODE_CONFIG,
+                        help=f"the node config (root-owned; default {DEFAULT_NODE_CONFIG})")
+    parser.add_argument("--state-dir", help="state dir (default: the config's, else /var/lib/condor_sched/<node>)")
     parser.add_argument("--startd-address-file", required=True,
                         help="the startd's address file (STARTD_ADDRESS_FILE): how the agent asks for its claims")
     parser.add_argument("--condor-status", default="condor_status", help="condor_status binary")
-    parser.add_argument("--probe", choices=("file", "sysfs", "micsmc"), default="micsmc")
+    parser.add_argument("--probe", choices=("auto", "file", "sysfs", "micsmc"), default="auto",
+                        help="device memory probe (auto: micsmc when the node has devices and it is on PATH)")
     parser.add_argument("--probe-dir")
     parser.add_argument("--interval", type=float, default=10.0)
     parser.add_argument("--kill-grace", type=float, default=5.0)
@@ -440,7 +442,7 @@ def build(args: argparse.Namespace, config: NodeConfig, state_dir: str, log: Log
                           ("--startd-address-file", args.startd_address_file)):
         if value is not None and not plain_absolute_path(value):
             raise ConfigError(f"{option} must be a plain absolute path")
-    probe = memory_watch.make_probe(args.probe, args.probe_dir)
+    probe = memory_watch.make_probe(args.probe, args.probe_dir, bool(config.devices))
     manager = None
     if config.sockets:
         try:
@@ -485,7 +487,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     try:
         config = load_node_config(args.node_config)
-        state_dir = state_dir_for(config, {}, args.state_dir)
+        state_dir = state_dir_for(config, args.state_dir)
         state.prepare_state_dir(state_dir)
         lock = state.AgentLock(state_dir)
         lock.acquire()

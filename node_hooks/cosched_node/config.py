@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import stat
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -22,6 +23,11 @@ from cosched_node.rules import (CACHE_ID_MAX, CBM_WIDTH_MAX, DEVICE_RE, DOMAIN_R
 THREADS_PER_PHI_CORE = 4
 MAX_CONFIG_BYTES = 1 << 20
 DEFAULT_STATE_ROOT = "/var/lib/condor_sched"
+#: Where every node program reads the node config when no ``--node-config`` names another
+#: (``cosched_describe_node.py`` writes it there).
+DEFAULT_NODE_CONFIG = "/etc/condor_sched/node.json"
+#: The only owner a node config (and every directory above it) may have: root.
+TRUSTED_UID = 0
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 ABS_PATH_RE = re.compile(r"^/[A-Za-z0-9_./@+-]{1,4000}$")
 
@@ -380,12 +386,45 @@ def _check_node_sharing(slots: List[SlotConfig]) -> None:
         raise ConfigError("node config: the guest slot's cores and memory_mb must equal the node slot's")
 
 
-def load_node_config(path: str) -> NodeConfig:
+def check_trusted_path(path: str, trusted_uid: int = TRUSTED_UID) -> str:
+    """The real path of ``path`` once no one but root could have written it: every directory
+    above it owned by root and writable by no group or other (a root-owned sticky directory
+    such as /tmp passes: no one else can replace root's file there). ConfigError otherwise."""
+    real = os.path.realpath(path)
+    directory = os.path.dirname(real)
+    while True:
+        try:
+            info = os.stat(directory)
+        except OSError as exc:
+            raise ConfigError(f"node config {path}: {directory}: {exc.strerror}") from None
+        sticky = bool(info.st_mode & stat.S_ISVTX)
+        if info.st_uid != trusted_uid or (info.st_mode & 0o022 and not sticky):
+            raise ConfigError(f"node config {path}: directory {directory} is not owned by root or is writable "
+                              "by group or others (a job's user could replace the config)")
+        if directory == "/":
+            return real
+        directory = os.path.dirname(directory)
+
+
+def load_node_config(path: str = DEFAULT_NODE_CONFIG, trusted_uid: int = TRUSTED_UID) -> NodeConfig:
+    """Read and validate the node config at ``path``: a regular file owned by root and
+    writable by no group or other, in directories only root can write (``check_trusted_path``)."""
+    real = check_trusted_path(path, trusted_uid)
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_CONFIG_BYTES + 1)
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         raise ConfigError(f"node config {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"node config {path}: not a regular file")
+        if info.st_uid != trusted_uid or info.st_mode & 0o022:
+            raise ConfigError(f"node config {path}: not owned by root or writable by group or others "
+                              f"(mode {stat.S_IMODE(info.st_mode):o}); chown root and chmod 644 it")
+        try:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(f"node config {path}: {exc.strerror}") from None
     if len(data) > MAX_CONFIG_BYTES:
         raise ConfigError(f"node config {path}: too large")
     try:
@@ -395,11 +434,11 @@ def load_node_config(path: str) -> NodeConfig:
     return parse_node_config(obj)
 
 
-def state_dir_for(config: NodeConfig, env: Optional[Dict[str, str]] = None,
-                  override: Optional[str] = None) -> str:
-    """The state dir: explicit override, else $COSCHED_STATE_DIR, else config, else default."""
-    env = os.environ if env is None else env
-    for candidate in (override, env.get("COSCHED_STATE_DIR"), config.state_dir):
+def state_dir_for(config: NodeConfig, override: Optional[str] = None) -> str:
+    """The state dir: an explicit ``--state-dir``, else the config's, else the default
+    ``/var/lib/condor_sched/<node>`` (never an environment variable: a hook's environment is
+    not the admin's to vouch for)."""
+    for candidate in (override, config.state_dir):
         if candidate:
             if not plain_absolute_path(candidate):
                 raise ConfigError("state dir must be a plain absolute path")

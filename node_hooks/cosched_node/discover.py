@@ -1,11 +1,11 @@
-"""Print one execute node's HTCondor slot configuration (the local pool's device discovery).
+"""Print one execute node's HTCondor slot configuration, from its node config and devices.
 
-Runs on the execute node with nothing but the standard library. Reads the node's JSON
-(written by ``condor-sched pool up`` from the inventory, see
+Runs on the execute node with nothing but the standard library. Reads the node config
+(``cosched_describe_node.py`` writes it; docs/node-config.md; the local pool's from
 ``condor_sched.inventory.node_config``) and, when ``micinfo`` is installed, takes each
 coprocessor's memory and thread count from it instead (devices of a kind whose discovery
-is ``micinfo``). Prints config lines prefixed with the startd's local name
-(``NODE1.SLOT_TYPE_1 = ...``):
+is ``micinfo``). Prints config lines (prefixed with the startd's local name when one is
+given, ``NODE1.SLOT_TYPE_1 = ...``):
 
 - one partitionable slot type per socket (cores, memory, LLCWays, MemBW), then one per
   device (host cores and memory, and its kind's memory and compute resources, e.g.
@@ -17,7 +17,7 @@ is ``micinfo``). Prints config lines prefixed with the startd's local name
   cores and memory are counted twice: that is what makes it overlap);
 - ``SLOT<n>_LLCCacheId`` (socket slots) and ``SLOT<n>_<device name attribute>`` (device
   slots, e.g. ``PhiDeviceName``) for STARTD_ATTRS;
-- on a GPU node (issue 13, ``gpus`` in the node config) one partitionable slot of all cores and
+- on a GPU node (``gpus`` in the node config) one partitionable slot of all cores and
   memory and every GPU k's CoSchedGPU<k>Memory / CoSchedGPU<k>Compute (1000 times the node's
   ``gpu_compute_overcommit``), the GPUs' properties and CoSchedGPUSingleAccount
   (``render_gpu_node``), taken from ``nvidia-smi`` when it runs (or saved
@@ -26,26 +26,30 @@ is ``micinfo``). Prints config lines prefixed with the startd's local name
 Every value read from the file or from micinfo is validated; bad input exits 2 with the
 reason on stderr and prints nothing.
 
-Usage: discover_devices.py --node-config /etc/condor_sched/nodes/node1.json --local-name NODE1
+Usage (as root, on the execute node; the startd reads the file at its next reconfig):
+  discover_devices.py --output /etc/condor/config.d/31-cosched-slots.conf
+Several startds on one host: --node-config /etc/condor_sched/nodes/node1.json --local-name NODE1
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from typing import Iterable
 
 from cosched_node import gpus as gpu_tools
-from cosched_node.config import parse_device_kind
+from cosched_node.config import DEFAULT_NODE_CONFIG, parse_device_kind
 from cosched_node.config import parse_node_config as parse_full_config
 from cosched_node.errors import ConfigError
+from cosched_node.rules import NODE_RE
 from cosched_node.gpus import WHOLE_GPU_COMPUTE
 
-NODE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 DEVICE_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
 LOCAL_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,31}$")
 MAX_INT = 2**31 - 1
@@ -78,7 +82,7 @@ def parse_node_config(data: object) -> dict:
     if not isinstance(data, dict):
         raise BadInput("node config: top level must be an object")
     node = data.get("node")
-    if not isinstance(node, str) or not NODE_NAME.match(node):
+    if not isinstance(node, str) or not NODE_RE.match(node):
         raise BadInput(f"node config: bad node name {node!r}")
     cores = _int("cores", data.get("cores"), 1)
     memory_mb = _int("memory_mb", data.get("memory_mb"), 1)
@@ -106,8 +110,10 @@ def parse_node_config(data: object) -> dict:
         elif s.get("kind") == "socket":
             if devices or shared:
                 raise BadInput(f"{where}: socket slots must come before device slots")
-            sockets.append({**common, "cache_id": _int(f"{where}.cache_id", s.get("cache_id")),
-                            "llc_ways": _int(f"{where}.llc_ways", s.get("llc_ways"), 1),
+            # No resctrl or no L3 cache id on the node: no LLCCacheId, and 0 LLC ways (unknown).
+            sockets.append({**common,
+                            "cache_id": _int(f"{where}.cache_id", s["cache_id"]) if "cache_id" in s else None,
+                            "llc_ways": _int(f"{where}.llc_ways", s["llc_ways"], 1) if "llc_ways" in s else 0,
                             "mem_bw_gbs": _gbs(f"{where}.mem_bw_gbs", s.get("mem_bw_gbs"))})
         elif s.get("kind") == "device":
             name = s.get("device")
@@ -178,7 +184,7 @@ def _classad_string(value: str) -> str:
     return f'"{value}"'
 
 
-def render_gpu_node(node: dict, local_name: str) -> str:
+def render_gpu_node(node: dict, local_name: str = "") -> str:
     """A GPU node's startd: one partitionable slot of all cores and memory and, for every GPU
     k, the custom resources CoSchedGPU<k>Memory (MB) and CoSchedGPU<k>Compute (thousandths:
     1000 times the node's ``gpu_compute_overcommit``), so HTCondor itself accounts every GPU's
@@ -189,7 +195,7 @@ def render_gpu_node(node: dict, local_name: str) -> str:
     plain count of the node's GPUs (a whole-GPU claim's RequestGPUs must be carved from it;
     without it the startd refuses the claim), GPUMemory / GPUCompute (the most any one GPU
     has free) and AvailableGPUs (every GPU's properties)."""
-    p = local_name + "."
+    p = local_name + "." if local_name else ""
     gpus = node["gpus"]
     lines = [f"# slots of {node['node']} (a GPU node): generated by discover_devices.py; do not edit",
              f"{p}NUM_CPUS = {node['cores']}", f"{p}MEMORY = {node['memory_mb']}",
@@ -286,13 +292,36 @@ def _total(what: str, amounts: Iterable[int]) -> int:
     return total
 
 
-def render_slots(node: dict, local_name: str) -> str:
-    """The config lines of one startd (local name ``local_name``) for a validated node."""
-    if not LOCAL_NAME.match(local_name):
+def render_slots(node: dict, local_name: str = "") -> str:
+    """The config lines of one startd for a validated node: the node's only startd (no local
+    name: plain knobs, and what the startd reads only unprefixed), or the startd of local name
+    ``local_name`` among several on one host (every knob ``<LOCAL_NAME>.``-prefixed; the
+    unprefixed ones are then the host's config's to set once for all)."""
+    if local_name and not LOCAL_NAME.match(local_name):
         raise BadInput(f"bad local name {local_name!r}")
+    text = render_gpu_node(node, local_name) if node.get("gpus") else _render_cpu_node(node, local_name)
+    return text + ("" if local_name else _host_knobs(node, text))
+
+
+#: HTCondor's default MAX_SLOT_TYPES: a node with more slot types must raise it.
+DEFAULT_MAX_SLOT_TYPES = 10
+#: On a GPU node the starter's own GPU variables go here, not to CUDA_VISIBLE_DEVICES, which the
+#: PREPARE_JOB hook sets (HTCondor 25 sets CUDA_VISIBLE_DEVICES=10000 after the hook otherwise).
+GPU_STARTER_ENVIRONMENT = "ENVIRONMENT_FOR_AssignedGPUs = COSCHED_HTCONDOR_ASSIGNED_GPUS"
+
+
+def _host_knobs(node: dict, text: str) -> str:
+    """What a one-startd node also needs: MAX_SLOT_TYPES when it has more slot types than the
+    default, and on a GPU node the starter's GPU variables out of the hook's way."""
+    types = len(re.findall(r"^SLOT_TYPE_\d+ = ", text, re.MULTILINE))
+    lines = [f"MAX_SLOT_TYPES = {types}"] if types > DEFAULT_MAX_SLOT_TYPES else []
     if node.get("gpus"):
-        return render_gpu_node(node, local_name)
-    p = local_name + "."
+        lines.append(GPU_STARTER_ENVIRONMENT)
+    return "".join(line + "\n" for line in lines)
+
+
+def _render_cpu_node(node: dict, local_name: str) -> str:
+    p = local_name + "." if local_name else ""
     sockets, devices, shared = node["sockets"], node["devices"], node.get("shared", [])
     kinds = list({d["kind"].name: d["kind"] for d in devices}.values())
     guest = shared[1] if shared else {"cores": 0, "memory_mb": 0}
@@ -322,7 +351,7 @@ def render_slots(node: dict, local_name: str) -> str:
         slot_id += 1
         lines += [f"{p}SLOT_TYPE_{slot_id} = cpus={s['cores']}, memory={s['memory_mb']}, "
                   f"{device_amounts(None, 0, 0)}LLCWays={s['llc_ways']}, MemBW={s['mem_bw_gbs']}",
-                  f"{p}SLOT{slot_id}_LLCCacheId = {s['cache_id']}"]
+                  *([f"{p}SLOT{slot_id}_LLCCacheId = {s['cache_id']}"] if s["cache_id"] is not None else [])]
     for d in devices:
         slot_id += 1
         lines += [f"{p}SLOT_TYPE_{slot_id} = cpus={d['cores']}, memory={d['memory_mb']}, "
@@ -360,6 +389,21 @@ def discover_gpus(node: dict, nvidia_smi: str | None, gpu_discovery: str | None,
     return node
 
 
+def write_atomically(path: str, text: str) -> None:
+    """Replace ``path`` by ``text`` (mode 0644) through a temporary file and a rename, so the
+    startd never reads half a file and a failed run leaves the old slots."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".cosched-slots.", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
 def run_micinfo(path: str) -> str | None:
     try:
         out = subprocess.run([path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -371,8 +415,12 @@ def run_micinfo(path: str) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--node-config", required=True, help="the node's JSON file")
-    ap.add_argument("--local-name", required=True, help="the startd's local name, e.g. NODE1")
+    ap.add_argument("--node-config", default=DEFAULT_NODE_CONFIG,
+                    help=f"the node's JSON file (default {DEFAULT_NODE_CONFIG})")
+    ap.add_argument("--local-name", default="",
+                    help="several startds on one host: this one's local name, e.g. NODE1 (default: none)")
+    ap.add_argument("--output", default="-",
+                    help="write the lines to this file, replaced atomically and only on success (default: stdout)")
     ap.add_argument("--micinfo", default=None,
                     help="micinfo executable (default: from PATH), or a file of its saved output")
     ap.add_argument("--nvidia-smi", default=None,
@@ -399,7 +447,11 @@ def main(argv: list[str] | None = None) -> int:
             node = merge_micinfo(node, parse_micinfo(text), warn)
         if node.get("gpus"):
             node = discover_gpus(node, args.nvidia_smi, args.gpu_discovery, warn)
-        sys.stdout.write(render_slots(node, args.local_name))
+        text = render_slots(node, args.local_name)
+        if args.output == "-":
+            sys.stdout.write(text)
+        else:
+            write_atomically(args.output, text)
     except (OSError, ValueError) as e:
         warn(str(e))
         return 2

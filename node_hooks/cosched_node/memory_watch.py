@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import time
 from typing import Dict, Optional, Tuple
@@ -98,7 +99,11 @@ class SysfsProbe:
         return None
 
 
-def make_probe(kind: str, probe_dir: Optional[str]):
+def make_probe(kind: str, probe_dir: Optional[str], has_devices: bool = True):
+    """The probe ``--probe`` names; ``auto`` picks ``micsmc`` when the node has devices and
+    ``micsmc`` is on PATH, else ``sysfs`` (which measures nothing, so stops nothing)."""
+    if kind == "auto":
+        kind = "micsmc" if has_devices and shutil.which("micsmc") else "sysfs"
     if kind == "file":
         if not probe_dir:
             raise ConfigError("--probe file needs --probe-dir")

@@ -2,7 +2,9 @@
 node agent placed it on.
 
 Runs as the JOB'S USER before the job starts (``<KEYWORD>_HOOK_PREPARE_JOB``): job ad on
-stdin, slot ad in ``$_CONDOR_MACHINE_AD``, node config in ``$COSCHED_NODE_CONFIG``. It
+stdin, slot ad in ``$_CONDOR_MACHINE_AD``, the node config from ``--node-config PATH`` (in
+``<KEYWORD>_HOOK_PREPARE_JOB_ARGS``; default /etc/condor_sched/node.json, root-owned) and
+the agent's state dir from ``--state-dir`` (default: the config's). It
 validates the job ad (the same ``rules`` as the planner), then asks the root node agent
 over its socket (``channel``) where the job runs: the agent answers from the startd's claim
 of this hook's starter, never from anything the job wrote, and places a device job on
@@ -54,7 +56,7 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from cosched_node import channel, cpusets, gpus, rules
 from cosched_node.ads import MAX_AD_BYTES, Expr, ad_get, ad_int, ad_str, format_line, hook_message, parse_classad
-from cosched_node.config import NodeConfig, SlotConfig, load_node_config, state_dir_for
+from cosched_node.config import DEFAULT_NODE_CONFIG, NodeConfig, SlotConfig, load_node_config, state_dir_for
 from cosched_node.environment import merge_environment
 from cosched_node.errors import (EXIT_BAD_AD, EXIT_BAD_CONFIG, EXIT_INTERNAL, EXIT_NO_STATE, EXIT_OK,
                                  EXIT_OVERSUBSCRIBED, AdError, ConfigError, StateError)
@@ -87,7 +89,7 @@ def resolve_slot(machine_ad: Dict[str, object], config: NodeConfig) -> Tuple[str
     short, slot_id = match.group(1), int(match.group(2))
     hosts = (name or "").split("@")[1:]
     if config.node not in (hosts[0], hosts[-1].split(".")[0]):
-        raise ConfigError(f"slot {name} is not on node {config.node}: wrong COSCHED_NODE_CONFIG?")
+        raise ConfigError(f"slot {name} is not on node {config.node}: wrong --node-config in the hook's ARGS?")
     slot = config.slot(slot_id)
     named, name_attr = None, ""
     for name_attr in sorted({d.device_kind.device_name_attr for d in config.devices}):
@@ -305,13 +307,28 @@ def refuse(stdout: TextIO, exit_code: int, message: str) -> int:
     return exit_code
 
 
-def prepare(env: Dict[str, str], stdin, ask) -> Tuple[List[str], str]:
+def hook_arguments(argv: Sequence[str]) -> Tuple[str, Optional[str]]:
+    """``--node-config PATH`` and ``--state-dir PATH`` from the hook's ``_ARGS`` knob (the
+    admin's, never the job's); anything else is a ConfigError naming it."""
+    values: Dict[str, Optional[str]] = {"--node-config": DEFAULT_NODE_CONFIG, "--state-dir": None}
+    rest = list(argv)
+    while rest:
+        option = rest.pop(0)
+        name, _, inline = option.partition("=")
+        if name not in values:
+            raise ConfigError(f"unknown hook argument {option[:40]!r} (PREPARE_JOB_ARGS takes --node-config "
+                              "and --state-dir)")
+        if not inline and not rest:
+            raise ConfigError(f"hook argument {name} needs a value")
+        values[name] = inline or rest.pop(0)
+    return values["--node-config"] or DEFAULT_NODE_CONFIG, values["--state-dir"]
+
+
+def prepare(argv: Sequence[str], env: Dict[str, str], stdin, ask) -> Tuple[List[str], str]:
     """The lines to print for this job and where it runs; raises what ``main`` reports."""
-    config_path = env.get("COSCHED_NODE_CONFIG", "")
-    if not config_path:
-        raise ConfigError("COSCHED_NODE_CONFIG is not set")
+    config_path, state_override = hook_arguments(argv)
     config = load_node_config(config_path)
-    state_dir = state_dir_for(config, env)
+    state_dir = state_dir_for(config, state_override)
     job_ad = parse_classad(stdin.read(MAX_AD_BYTES + 1), "job ad")
     job_identity(job_ad)
     machine_ad_path = env.get("_CONDOR_MACHINE_AD", "")
@@ -346,10 +363,11 @@ def prepare(env: Dict[str, str], stdin, ask) -> Tuple[List[str], str]:
 def main(argv: Optional[Sequence[str]] = None, stdin: Optional[object] = None,
          stdout: Optional[TextIO] = None, env: Optional[Dict[str, str]] = None, ask=channel.ask) -> int:
     env = dict(os.environ) if env is None else env
+    argv = sys.argv[1:] if argv is None else argv
     stdout = sys.stdout if stdout is None else stdout
     stdin = sys.stdin.buffer if stdin is None else stdin
     try:
-        lines, _ = prepare(env, stdin, ask)
+        lines, _ = prepare(argv, env, stdin, ask)
         if lines:
             stdout.write("\n".join(lines) + "\n")
             stdout.flush()

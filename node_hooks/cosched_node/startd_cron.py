@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Sequence, TextIO
 
 from cosched_node import rules
 from cosched_node.ads import format_line
-from cosched_node.config import NodeConfig, load_node_config, state_dir_for
+from cosched_node.config import DEFAULT_NODE_CONFIG, NodeConfig, load_node_config, state_dir_for
 from cosched_node.errors import EXIT_BAD_CONFIG, EXIT_INTERNAL, EXIT_OK, ConfigError
 from cosched_node.state import log_line, read_json
 
@@ -145,13 +145,14 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None,
          micinfo_text: Optional[str] = "probe") -> int:
     stdout = sys.stdout if stdout is None else stdout
     parser = argparse.ArgumentParser(prog=PROGRAM, description=__doc__.split("\n")[0])
-    parser.add_argument("--node-config", required=True)
-    parser.add_argument("--state-dir")
+    parser.add_argument("--node-config", default=DEFAULT_NODE_CONFIG,
+                        help=f"the node config (root-owned; default {DEFAULT_NODE_CONFIG})")
+    parser.add_argument("--state-dir", help="the node agent's state dir (default: the config's)")
     parser.add_argument("--max-age", type=float, default=180.0, help="heartbeat age limit, seconds")
     try:
         args = parser.parse_args(argv)
         config = load_node_config(args.node_config)
-        state_dir = state_dir_for(config, {}, args.state_dir)
+        state_dir = state_dir_for(config, args.state_dir)
     except SystemExit as exc:
         return EXIT_BAD_CONFIG if exc.code else EXIT_OK
     except ConfigError as exc:

@@ -75,4 +75,4 @@ def test_plan_in_a_fresh_process_matches_jobs_to_slots_whose_start_says_my():
     must still evaluate it (classad2 turns MY on when it first parses an ad)."""
     out = subprocess.run([sys.executable, "-m", "condor_sched", "plan"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "policy knapsack: 15 placed, 25 unplaced" in out.stdout, out.stdout[:500]
+    assert "policy lp-pack: 16 placed, 24 unplaced" in out.stdout, out.stdout[:500]

@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -18,13 +19,13 @@ def test_plan_json_is_one_object_with_assignments_on_device_slots():
     result = run("plan", "--json")
     assert result.exit_code == 0
     out = json.loads(result.output)
-    assert out["policy"] == "knapsack" and out["skipped"] == []
+    assert out["policy"] == "lp-pack" and out["skipped"] == []      # the sidecar's default
     assert len(out["assignments"]) + len(out["unplaced"]) == 40
     assert all(a["schedd"] and a["job"].count(".") == 1 and a["slot"].startswith("slot") for a in out["assignments"])
 
 
 def test_global_places_at_least_as_many_as_knapsack_on_the_snapshot():
-    greedy = json.loads(run("plan", "--json").output)
+    greedy = json.loads(run("plan", "--json", "--policy", "knapsack").output)
     best = json.loads(run("plan", "--json", "--policy", "global", "--time-limit", "1").output)
     assert len(best["assignments"]) >= len(greedy["assignments"])
 
@@ -100,7 +101,7 @@ def test_install_node_writes_every_hook_executable_and_is_idempotent(tmp_path):
     assert again.exit_code == 0 and again.output.count("unchanged") == len(installed)
     # The installed programs run from there with the system python3 and no other path.
     for program in ("cosched_prepare_job.py", "cosched_node_agent.py", "cosched_startd_cron.py",
-                    "discover_devices.py"):
+                    "discover_devices.py", "cosched_describe_node.py"):
         out = subprocess.run(["/usr/bin/python3", "-Es", str(target / program), "--help"], capture_output=True,
                              text=True, timeout=60, cwd=tmp_path)
         assert "Traceback" not in out.stderr and "ModuleNotFoundError" not in out.stderr, (program, out.stderr)
@@ -117,9 +118,28 @@ def test_install_node_refuses_a_different_file_unless_forced(tmp_path):
     assert "the admin's own hook" not in (tmp_path / "cosched_prepare_job.py").read_text()
 
 
+def test_config_writes_this_installs_paths_or_the_prefixs(tmp_path):
+    """A snippet is copied as it is: its paths are the running install's, or --prefix's."""
+    def knobs(text: str) -> dict[str, str]:
+        return dict(line.split(" = ", 1) for line in text.splitlines() if line.startswith("COSCHED_") and " = " in line)
+
+    mine = knobs(run("config").output)
+    assert mine["COSCHED_SIDECAR"] == str(Path(sys.executable).parent / "condor-sched")
+    assert mine["COSCHED_NODE_HOOKS"] == str(Path(sys.prefix) / "libexec" / "condor_sched")
+    opt = knobs(run("config", "--prefix", "/opt/condor-sched").output)
+    assert opt["COSCHED_SIDECAR"] == "/opt/condor-sched/bin/condor-sched"
+    assert opt["COSCHED_NODE_HOOKS"] == "/opt/condor-sched/libexec/condor_sched"
+    assert opt["COSCHED_HOOK_PREPARE_JOB"] == "$(COSCHED_NODE_HOOKS)/cosched_prepare_job.py"
+    shared = knobs(run("config", "30-cosched-execute.conf", "--node-hooks", "/shared/cosched").output)
+    assert shared["COSCHED_NODE_HOOKS"] == "/shared/cosched"
+    relative = CliRunner().invoke(main, ["config", "--prefix", "opt"])
+    assert relative.exit_code == 2 and "absolute" in relative.output
+
+
 def test_config_lists_prints_one_or_all_snippets():
     names = run("config", "--list").output.split()
-    assert names == ["10-cosched-schedd.conf", "20-cosched-startd.conf", "50-cosched-sidecar.conf"]
+    assert names == ["10-cosched-schedd.conf", "20-cosched-startd.conf", "30-cosched-execute.conf",
+                     "50-cosched-sidecar.conf"]
     sidecar = run("config", "50-cosched-sidecar.conf").output
     assert "COSCHED_POLICY" in sidecar and "=====" not in sidecar
     everything = run("config").output

@@ -154,9 +154,12 @@ class Sandbox(NamedTuple):
     expected: dict[str, dict[str, str]]   # start -> the variables it sets, for a job that sets none
 
 
+def hook_args(root: Path, start: Start) -> list[str]:
+    return ["--node-config", str(root / f"{start.node}.json"), "--state-dir", str(root / "state")]
+
+
 def hook_env(root: Path, start: Start) -> dict[str, str]:
-    return {"COSCHED_NODE_CONFIG": str(root / f"{start.node}.json"), "COSCHED_STATE_DIR": str(root / "state"),
-            "_CONDOR_MACHINE_AD": str(root / "machine.ad"), "PATH": "/usr/bin:/bin", "HOME": str(root),
+    return {"_CONDOR_MACHINE_AD": str(root / "machine.ad"), "PATH": "/usr/bin:/bin", "HOME": str(root),
             "TMPDIR": str(root)}
 
 
@@ -170,7 +173,7 @@ def sandbox(tmp_path_factory) -> Sandbox:
     for name, start in STARTS.items():      # the hook in-process, for a job that sets nothing
         (root / "machine.ad").write_text(f'Name = "{start.slot}@node1@node1.cosched.test"\n{start.machine}')
         out = io.StringIO()
-        code = prepare_job.main([], stdin=io.BytesIO(f"ClusterId = 1\nProcId = 0\n{start.job}".encode()), stdout=out,
+        code = prepare_job.main(hook_args(root, start), stdin=io.BytesIO(f"ClusterId = 1\nProcId = 0\n{start.job}".encode()), stdout=out,
                                 env=hook_env(root, start), ask=lambda state_dir, s=start: s.reply)
         assert code == 0, out.getvalue()
         expected[name] = dict(environment.parse_environment_v2(ads.ad_get(ads.parse_classad(out.getvalue()),
@@ -304,7 +307,7 @@ def test_the_hook_exits_cleanly_and_prints_each_variable_it_sets_once_with_its_v
     start = STARTS[name]
     (sandbox.root / "machine.ad").write_text(machine_ad)
     sandbox.agent.reply = start.reply or {"status": "refused", "code": 5, "message": "no start here"}
-    code, stdout = run_program(sandbox.root, HOOK, [], job_ad, hook_env(sandbox.root, start))
+    code, stdout = run_program(sandbox.root, HOOK, hook_args(sandbox.root, start), job_ad, hook_env(sandbox.root, start))
     event(f"{name}: exit {code}")
     assert code in prepare_job.HOOK_STATUS or code == 0, code
     assert code != 1, stdout                                   # no internal error, whatever the ad

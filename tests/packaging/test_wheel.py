@@ -23,7 +23,7 @@ pytestmark = pytest.mark.wheel
 REPO = Path(__file__).resolve().parents[2]
 #: Top-level entries of a working tree that a fresh clone has not: the venv, build output, caches.
 NOT_IN_A_CLONE = {".git", ".venv", "build", "dist", ".pytest_cache", ".hypothesis", "var"}
-SNIPPETS = ["10-cosched-schedd.conf", "20-cosched-startd.conf", "50-cosched-sidecar.conf"]
+SNIPPETS = ["10-cosched-schedd.conf", "20-cosched-startd.conf", "30-cosched-execute.conf", "50-cosched-sidecar.conf"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +94,7 @@ def test_the_installed_package_and_its_data_come_from_the_venv(installed: Instal
 
 
 def test_plan_and_show_read_the_bundled_snapshot(installed: InstalledWheel):
-    assert "policy knapsack: 15 placed, 25 unplaced" in installed.condor_sched("plan")
+    assert "policy lp-pack: 16 placed, 24 unplaced" in installed.condor_sched("plan")
     assert installed.condor_sched("show").startswith("40 idle jobs (40 co-scheduled)")
 
 
@@ -114,4 +114,13 @@ def test_install_node_and_config_hand_out_the_shipped_files(installed: Installed
     assert "cosched_prepare_job.py" in hooks and "cosched_node/rules.py" in hooks and out.count("wrote") == len(hooks)
     assert all(os.access(target / name, os.X_OK) for name in hooks)
     assert installed.condor_sched("config", "--list").split() == SNIPPETS
-    assert "COSCHED_POLICY" in installed.condor_sched("config", "50-cosched-sidecar.conf")
+    sidecar = installed.condor_sched("config", "50-cosched-sidecar.conf")
+    assert "COSCHED_POLICY" in sidecar
+    # The snippets name this install's paths: the sidecar command exists and runs, and
+    # install-node's default directory is the execute snippet's COSCHED_NODE_HOOKS.
+    command = next(line.split(" = ", 1)[1] for line in sidecar.splitlines() if line.startswith("COSCHED_SIDECAR = "))
+    assert subprocess.run([command, "--help"], capture_output=True, timeout=120).returncode == 0, command
+    execute = installed.condor_sched("config", "30-cosched-execute.conf")
+    hooks_dir = next(line.split(" = ", 1)[1] for line in execute.splitlines() if line.startswith("COSCHED_NODE_HOOKS = "))
+    default = installed.condor_sched("install-node")
+    assert f"wrote     {hooks_dir}/cosched_prepare_job.py" in default

@@ -638,9 +638,9 @@ class Hook:
         machine.write_text(f'Name = "{slot}@node1@node1.cosched.test"\n')
         job_ad = f"ClusterId = {n}\nProcId = 0\nRequestCpus = {cpus}\n{job_env}"
         out = io.StringIO()
-        env = {"COSCHED_NODE_CONFIG": str(sim.config_path), "COSCHED_STATE_DIR": str(sim.state),
-               "_CONDOR_MACHINE_AD": str(machine)}
-        code = prepare_job.main([], stdin=io.BytesIO(job_ad.encode()), stdout=out, env=env,
+        hook_args = ["--node-config", str(sim.config_path), "--state-dir", str(sim.state)]
+        env = {"_CONDOR_MACHINE_AD": str(machine)}
+        code = prepare_job.main(hook_args, stdin=io.BytesIO(job_ad.encode()), stdout=out, env=env,
                                 ask=ask or (lambda state_dir: sim.agent.answer(hook, JOB_UID)))
         shutil.rmtree(sim.proc / str(hook))             # the hook exits
         if code == 0:     # the job runs in its cgroup
@@ -794,10 +794,10 @@ class LiveNode:
         n = cluster
         (self.root / f"job{n}.ad").write_text(f'ClusterId = {n}\nProcId = 0\nRequestCpus = 8\nOwner = "alice"\n')
         (self.root / f"machine{n}.ad").write_text(f'Name = "{slot}@node1@node1.cosched.test"\n')
-        env = {"COSCHED_NODE_CONFIG": str(self.config_path), "COSCHED_STATE_DIR": str(self.state),
-               "_CONDOR_MACHINE_AD": str(self.root / f"machine{n}.ad"), "PATH": "/usr/bin:/bin"}
+        hook_args = ["--node-config", str(self.config_path), "--state-dir", str(self.state)]
+        env = {"_CONDOR_MACHINE_AD": str(self.root / f"machine{n}.ad"), "PATH": "/usr/bin:/bin"}
         out, err = self.root / f"out{n}", self.root / f"err{n}"
-        starter = self.starters.hook(HOOK_ARGV, self.root / f"job{n}.ad", out, err, env)
+        starter = self.starters.hook(HOOK_ARGV + hook_args, self.root / f"job{n}.ad", out, err, env)
         self.view.ads.append(slot_ad(slot, f"{n}.0", starter.pid, **claim))
         return starter, out, err
 

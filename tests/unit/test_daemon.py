@@ -243,7 +243,8 @@ def test_log_file_follows_the_knobs(tmp_path: Path):
 
 def test_an_unwritable_log_names_the_knob(tmp_path):
     with pytest.raises(SettingsError, match="COSCHED_LOG"):
-        daemon.LogFile().apply(str(tmp_path / "missing-dir" / "CoSchedLog"), 100)
+        daemon.LogFile(syslog_socket=str(tmp_path / "no-syslog")).apply(str(tmp_path / "missing-dir" / "CoSchedLog"),
+                                                                         100)
 
 
 # --- stopping within 2 s ---------------------------------------------------------------
@@ -527,3 +528,70 @@ def test_a_rival_that_started_later_is_noted_once_and_its_end_logged(caplog):
     noted = [m for m in messages(caplog) if m.startswith("another sidecar runs: late@x on x")]
     assert len(noted) == 1 and "it started later and stops at its next cycle" in noted[0]
     assert messages(caplog).count("the other sidecar x/late@x/4242 is gone") == 1
+
+
+@pytest.fixture
+def world_dir():
+    """A directory any account may write, reachable by any account (unlike pytest's tmp_path)."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="cosched-log-", dir="/tmp"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path)
+
+
+def test_a_log_left_by_another_account_falls_back_beside_it_and_says_why(world_dir):
+    """COSCHED_LOG owned by root (a run before COSCHED_SIDECAR_USERID was set) and this sidecar
+    an unprivileged account: it logs to <COSCHED_LOG>.<account>, whose first line names the
+    knob and the fix, and ``problem`` (the ad's CoSchedConfigError) says so."""
+    import pwd
+
+    import condor_sched.sidecar_log as sidecar_log
+
+    tmp_path = world_dir
+    path = tmp_path / "CoSchedLog"
+    path.write_text("root's log\n")
+    path.chmod(0o600)
+    nobody = pwd.getpwnam("nobody")
+    child = os.fork()
+    if child == 0:      # the sidecar as an unprivileged account, as the master starts it
+        code = 1
+        try:
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            log_file = daemon.LogFile()
+            log_file.apply(str(path), 10_000)
+            logging.getLogger("condor_sched.test_daemon").error("a cycle's line")
+            log_file.close()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    fallback = tmp_path / "CoSchedLog.nobody"
+    text = fallback.read_text()
+    assert text.splitlines()[0].endswith(f"COSCHED_LOG = {path}: Permission denied; logging to {fallback} instead "
+                                         "(fix: make COSCHED_LOG writable by nobody, or point it elsewhere)")
+    assert "a cycle's line" in text and path.read_text() == "root's log\n"
+    assert sidecar_log.fallback_log_path(str(path)) == f"{path}.root"        # this test process's own
+
+
+def test_a_log_nowhere_writable_goes_to_the_system_log_and_refuses_to_start(tmp_path):
+    """Neither COSCHED_LOG nor its fallback can be opened: the refusal names COSCHED_LOG and
+    is sent to the system log (a datagram socket standing in for /dev/log here)."""
+    import socket
+
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(str(tmp_path / "log.sock"))
+    sink.settimeout(5)
+    log_file = daemon.LogFile(syslog_socket=str(tmp_path / "log.sock"))
+    with pytest.raises(SettingsError, match="COSCHED_LOG = .*missing-dir/CoSchedLog: No such file"):
+        log_file.apply(str(tmp_path / "missing-dir" / "CoSchedLog"), 100)
+    try:
+        logging.getLogger("condor_sched.daemon").error("cannot start: %s", log_file.problem)
+        assert b"condor-sched: " in sink.recv(4096) and "CoSchedLog.root" in log_file.problem
+    finally:
+        log_file.close()
+        sink.close()

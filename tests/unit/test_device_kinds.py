@@ -110,9 +110,9 @@ def test_the_node_agent_and_hook_enforce_a_dummy_device_from_its_record_in_the_n
         job_ad = (f'ClusterId = 5\nProcId = {proc}\nOwner = "alice"\nRequestDummyUnits = {units}\n'
                   f"RequestDummyMemory = {memory_mb}\n")
         out = io.StringIO()
-        env = {"COSCHED_NODE_CONFIG": str(config), "COSCHED_STATE_DIR": str(tmp_path / "state"),
-               "_CONDOR_MACHINE_AD": str(machine_ad)}
-        code = prepare_job.main([], stdin=io.BytesIO(job_ad.encode()), stdout=out, env=env,
+        hook_args = ["--node-config", str(config), "--state-dir", str(tmp_path / "state")]
+        env = {"_CONDOR_MACHINE_AD": str(machine_ad)}
+        code = prepare_job.main(hook_args, stdin=io.BytesIO(job_ad.encode()), stdout=out, env=env,
                                 ask=lambda state_dir: node_agent.answer(starter.child, os.getuid()))
         return code, ads.parse_classad(out.getvalue(), "hook output")
 

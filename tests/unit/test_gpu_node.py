@@ -367,11 +367,11 @@ class GpuNode:
         self.machine_ads += 1
         path = self.root / f"machine{self.machine_ads}.ad"
         path.write_text(machine)
-        env = {"COSCHED_NODE_CONFIG": str(self.config_path), "COSCHED_STATE_DIR": str(self.state),
-               "_CONDOR_MACHINE_AD": str(path)}
+        hook_args = ["--node-config", str(self.config_path), "--state-dir", str(self.state)]
+        env = {"_CONDOR_MACHINE_AD": str(path)}
         job_ad = job_ad or 'ClusterId = 40\nProcId = 0\nOwner = "alice"\nRequestGPUMemory = 4000\n'
         out = io.StringIO()
-        code = prepare_job.main([], stdin=io.BytesIO(job_ad.encode()), stdout=out, env=env,
+        code = prepare_job.main(hook_args, stdin=io.BytesIO(job_ad.encode()), stdout=out, env=env,
                                 ask=lambda state_dir: self.ask(starter))
         return code, ads.parse_classad(out.getvalue(), "hook output")
 

@@ -223,7 +223,7 @@ def test_node_daemons_point_every_hook_at_the_node_config():
                                             "--probe file --probe-dir /var/lib/condor_sched/probe/node2 "
                                             "--profile-dir /var/lib/condor_sched/profiles --interval 2")
     wrapper = config.render_starter_wrapper("node2", config.HookFiles())
-    assert "export COSCHED_NODE_CONFIG=/etc/condor_sched/nodes/node2.json" in wrapper
+    assert 'export _CONDOR_COSCHED_HOOK_PREPARE_JOB_ARGS="--node-config /etc/condor_sched/nodes/node2.json"' in wrapper
     assert "export _CONDOR_STARTER_LOG=/var/log/condor/StarterLog.node2" in wrapper
     assert wrapper.rstrip().endswith('exec /usr/sbin/condor_starter "$@"')
 
@@ -338,3 +338,27 @@ def test_a_gpu_node_gets_its_fake_nvidia_smi_its_starters_gpu_variable_and_the_g
     starter = config.render_starter_wrapper("node6", config.HookFiles(), gpu_node=True)
     assert "export _CONDOR_ENVIRONMENT_FOR_AssignedGPUs=COSCHED_HTCONDOR_ASSIGNED_GPUS" in starter
     assert "AssignedGPUs" not in config.render_starter_wrapper("node2", config.HookFiles())
+
+
+def test_a_node_of_its_own_gets_plain_knobs_and_what_the_startd_reads_unprefixed(tmp_path):
+    """A one-startd node (no local name): every line unprefixed, MAX_SLOT_TYPES raised when the
+    node has more slot types than HTCondor's default, and a GPU node's starter variables moved
+    out of the hook's way; --output replaces the file only when discovery succeeds."""
+    data = discover.parse_node_config(node_config(INVENTORY.node("node2"), "cosched.test"))
+    text = discover.render_slots(data)
+    assert all(not line.startswith("NODE") for line in text.splitlines())
+    assert "SLOT_TYPE_1_PARTITIONABLE = True" in text.splitlines() and "MAX_SLOT_TYPES" not in text
+    many = dict(data, devices=[dict(data["devices"][0], name=f"mic{i}") for i in range(11)])
+    assert "MAX_SLOT_TYPES = 12" in discover.render_slots(many).splitlines()
+    gpu_node = next(n for n in INVENTORY.nodes if n.gpus)
+    gpu_text = discover.render_slots(discover.parse_node_config(node_config(gpu_node, "cosched.test")))
+    assert discover.GPU_STARTER_ENVIRONMENT in gpu_text.splitlines()
+    assert discover.GPU_STARTER_ENVIRONMENT not in discover.render_slots(
+        discover.parse_node_config(node_config(gpu_node, "cosched.test")), "NODE6")
+    node_file, out = tmp_path / "node.json", tmp_path / "31-cosched-slots.conf"
+    node_file.write_text(json.dumps(node_config(INVENTORY.node("node2"), "cosched.test")))
+    assert discover.main(["--node-config", str(node_file), "--output", str(out)]) == 0
+    assert out.read_text() == text and oct(out.stat().st_mode & 0o777) == "0o644"
+    node_file.write_text("{not json")
+    assert discover.main(["--node-config", str(node_file), "--output", str(out)]) == 2
+    assert out.read_text() == text and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

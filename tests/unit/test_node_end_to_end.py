@@ -54,10 +54,10 @@ class Node:
         n = self.counter
         (self.root / f"job{n}.ad").write_text(job_ad)
         (self.root / f"machine{n}.ad").write_text(f'Name = "{slot}@node1@node1.cosched.test"\n')
-        env = {"COSCHED_NODE_CONFIG": str(self.config_path), "COSCHED_STATE_DIR": str(self.state),
-               "_CONDOR_MACHINE_AD": str(self.root / f"machine{n}.ad"), "PATH": "/usr/bin:/bin"}
+        hook_args = ["--node-config", str(self.config_path), "--state-dir", str(self.state)]
+        env = {"_CONDOR_MACHINE_AD": str(self.root / f"machine{n}.ad"), "PATH": "/usr/bin:/bin"}
         out, err = self.root / f"out{n}", self.root / f"err{n}"
-        starter = self.starters.hook(HOOK, self.root / f"job{n}.ad", out, err, env)
+        starter = self.starters.hook(HOOK + hook_args, self.root / f"job{n}.ad", out, err, env)
         job = ads.ad_get(ads.parse_classad(job_ad), "ClusterId")
         self.view.ads.append(claim(slot, f"{job}.0", starter.pid, **claim_args))
         return starter, out, err

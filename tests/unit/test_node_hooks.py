@@ -61,8 +61,12 @@ class Node:
         return str(path)
 
     def env(self, machine_ad: str) -> dict:
-        return {"COSCHED_NODE_CONFIG": str(self.config_path), "COSCHED_STATE_DIR": str(self.state),
-                "_CONDOR_MACHINE_AD": machine_ad}
+        return {"_CONDOR_MACHINE_AD": machine_ad}
+
+    @property
+    def hook_args(self) -> list[str]:
+        """What the admin's PREPARE_JOB_ARGS gives the hook: its node config and state dir."""
+        return ["--node-config", str(self.config_path), "--state-dir", str(self.state)]
 
     def ask_for(self, starter: Starter | None):
         """The hook's question as the agent hears it from ``starter``'s child."""
@@ -77,7 +81,7 @@ class Node:
         ad = self.machine_ad(f'Name = "{slot}@node1@node1.cosched.test"\n{extra_machine}')
         out = io.StringIO()
         data = job_ad.encode() if isinstance(job_ad, str) else job_ad
-        code = prepare_job.main([], stdin=io.BytesIO(data), stdout=out, env=self.env(ad), ask=self.ask_for(starter))
+        code = prepare_job.main(self.hook_args, stdin=io.BytesIO(data), stdout=out, env=self.env(ad), ask=self.ask_for(starter))
         return code, ads.parse_classad(out.getvalue(), "hook output")
 
     def units(self) -> dict:
@@ -194,10 +198,10 @@ def test_node_config_reads_devices_and_sockets():
     cfg = config.parse_node_config(NODE)
     assert cfg.device("mic1").device_cores == 60 and cfg.device("mic1").slot_id == 3
     assert [s.slot_id for s in cfg.sockets] == [1] and cfg.sockets[0].llc_ways == 11
-    assert config.state_dir_for(cfg, {}) == "/var/lib/condor_sched/node1"
-    assert config.state_dir_for(cfg, {"COSCHED_STATE_DIR": "/x/y/"}) == "/x/y"
+    assert config.state_dir_for(cfg) == "/var/lib/condor_sched/node1"
+    assert config.state_dir_for(cfg, "/x/y/") == "/x/y"
     with pytest.raises(errors.ConfigError):
-        config.state_dir_for(cfg, {"COSCHED_STATE_DIR": "/x/../etc"})
+        config.state_dir_for(cfg, "/x/../etc")
 
 
 def test_device_kind_templates_fill_the_environment():
@@ -305,7 +309,7 @@ def test_refusal_lines_are_exactly_what_htcondor_reads(node: Node):
     node.prepare(job(20, threads=240, memory=100), starter=node.claim("slot2_1", "20.0", 100, 240))
     ad = node.machine_ad('Name = "slot2_2@node1@node1.cosched.test"\n')
     out = io.StringIO()
-    assert prepare_job.main([], stdin=io.BytesIO(job(21, threads=4).encode()), stdout=out, env=node.env(ad),
+    assert prepare_job.main(node.hook_args, stdin=io.BytesIO(job(21, threads=4).encode()), stdout=out, env=node.env(ad),
                             ask=node.ask_for(node.claim("slot2_2", "21.0", 100, 4))) == errors.EXIT_OVERSUBSCRIBED
     first, second = out.getvalue().splitlines()
     assert first == "HookStatusCode = 303"
@@ -341,7 +345,7 @@ def test_a_reply_for_another_device_than_the_slots_is_refused(node: Node):
 def test_a_slot_of_another_node_is_a_config_error(node: Node):
     def prepare(name: str) -> tuple[int, dict]:
         out = io.StringIO()
-        code = prepare_job.main([], stdin=io.BytesIO(job().encode()), stdout=out,
+        code = prepare_job.main(node.hook_args, stdin=io.BytesIO(job().encode()), stdout=out,
                                 env=node.env(node.machine_ad(f'Name = "{name}"\n')), ask=node.ask_for(None))
         return code, ads.parse_classad(out.getvalue())
 
@@ -400,28 +404,61 @@ def test_device_name_comes_from_the_slot_ad_when_present(node: Node):
 
 def test_bad_config_and_an_unreachable_agent_have_their_own_codes(node: Node):
     ad = node.machine_ad('Name = "slot2_1@node1@node1.cosched.test"\n')
-    env = dict(node.env(ad), COSCHED_NODE_CONFIG=str(node.root / "missing.json"))
+    env = node.env(ad)
+    missing = ["--node-config", str(node.root / "missing.json"), "--state-dir", str(node.state)]
     out = io.StringIO()
-    assert prepare_job.main([], stdin=io.BytesIO(job().encode()), stdout=out, env=env) == errors.EXIT_BAD_CONFIG
+    assert prepare_job.main(missing, stdin=io.BytesIO(job().encode()), stdout=out, env=env) == errors.EXIT_BAD_CONFIG
     status = ads.parse_classad(out.getvalue())
     assert ads.ad_get(status, "HookStatusCode") == errors.EXIT_BAD_CONFIG        # held: no replan fixes it
     assert ads.ad_get(status, "HookStatusMessage").startswith("condor_sched: bad node config: node config ")
-    out = io.StringIO()
-    env = dict(node.env(ad), COSCHED_NODE_CONFIG="")
-    assert prepare_job.main([], stdin=io.BytesIO(job().encode()), stdout=out, env=env) == errors.EXIT_BAD_CONFIG
+    for bad_args in (["--node-config"], ["--bogus", "x"]):
+        out = io.StringIO()
+        assert prepare_job.main(bad_args, stdin=io.BytesIO(job().encode()), stdout=out, env=env) \
+            == errors.EXIT_BAD_CONFIG
+        assert "hook argument" in ads.ad_get(ads.parse_classad(out.getvalue()), "HookStatusMessage")
     # no agent listens in this state dir: the real channel cannot connect
-    env = dict(node.env(ad), COSCHED_STATE_DIR=str(node.root / "no-agent"))
+    no_agent = ["--node-config", str(node.config_path), "--state-dir", str(node.root / "no-agent")]
     out = io.StringIO()
-    assert prepare_job.main([], stdin=io.BytesIO(job().encode()), stdout=out, env=env) == errors.EXIT_NO_STATE
+    assert prepare_job.main(no_agent, stdin=io.BytesIO(job().encode()), stdout=out, env=env) == errors.EXIT_NO_STATE
     status = ads.parse_classad(out.getvalue())
     assert ads.ad_get(status, "HookStatusCode") == 305                          # back to idle: a replan may
     assert "node agent unavailable" in ads.ad_get(status, "HookStatusMessage")
     assert "is the node agent running?" in ads.ad_get(status, "HookStatusMessage")
 
 
+def test_the_hook_refuses_a_node_config_a_user_could_have_written(node: Node, tmp_path: Path):
+    """The node config decides what a job is given: one not owned by root, writable by group or
+    others, or in a directory others can write is refused (held with the reason), whatever it says."""
+    ad = node.machine_ad('Name = "slot2_1@node1@node1.cosched.test"\n')
+
+    def refusal(path: Path) -> str:
+        out = io.StringIO()
+        args = ["--node-config", str(path), "--state-dir", str(node.state)]
+        assert prepare_job.main(args, stdin=io.BytesIO(job().encode()), stdout=out, env=node.env(ad)) \
+            == errors.EXIT_BAD_CONFIG
+        return ads.ad_get(ads.parse_classad(out.getvalue()), "HookStatusMessage")
+
+    owned = tmp_path / "owned"
+    owned.mkdir()
+    config_file = owned / "node.json"
+    config_file.write_text(node.config_path.read_text())
+    os.chown(config_file, 2001, 2001)
+    assert "not owned by root" in refusal(config_file)
+    os.chown(config_file, 0, 0)
+    os.chmod(config_file, 0o664)
+    assert "writable by group or others" in refusal(config_file)
+    os.chmod(config_file, 0o644)
+    os.chmod(owned, 0o777)
+    assert f"directory {owned} is not owned by root" in refusal(config_file)
+    os.chmod(owned, 0o755)
+    linked = tmp_path / "link.json"
+    linked.symlink_to(config_file)              # a root-owned link to a good config is followed
+    assert config.load_node_config(str(linked)).node == "node1"
+
+
 def test_hook_runs_under_the_system_python_without_tracebacks(node: Node):
     ad = node.machine_ad('Name = "slot2_1@node1@node1.cosched.test"\n')
-    hook = [SYSTEM_PYTHON, "-Es", str(HOOKS / "cosched_prepare_job.py")]
+    hook = [SYSTEM_PYTHON, "-Es", str(HOOKS / "cosched_prepare_job.py"), *node.hook_args]
     env = dict(node.env(ad), PATH="/usr/bin:/bin")
     bad = subprocess.run(hook, input=b"\xff\xfe garbage = = =\n", env=env, capture_output=True, timeout=60)
     assert bad.returncode == errors.EXIT_BAD_AD and b"Traceback" not in bad.stderr

@@ -89,8 +89,8 @@ class Node:
         self.counter += 1
         machine = self.root / f"machine{self.counter}.ad"
         machine.write_text(f'Name = "{slot}@node1@node1.cosched.test"\n')
-        env = {"COSCHED_NODE_CONFIG": str(self.config_path), "COSCHED_STATE_DIR": str(self.state),
-               "_CONDOR_MACHINE_AD": str(machine)}
+        hook_args = ["--node-config", str(self.config_path), "--state-dir", str(self.state)]
+        env = {"_CONDOR_MACHINE_AD": str(machine)}
 
         def ask(state_dir: str) -> dict:
             self.asked.append(state_dir)
@@ -98,7 +98,7 @@ class Node:
             return self.agent.answer(starter.child, JOB_UID)
 
         out = io.StringIO()
-        code = prepare_job.main([], stdin=io.BytesIO(job_ad.encode()), stdout=out, env=env, ask=ask)
+        code = prepare_job.main(hook_args, stdin=io.BytesIO(job_ad.encode()), stdout=out, env=env, ask=ask)
         return code, ads.parse_classad(out.getvalue(), "hook output")
 
     def log(self) -> str:
@@ -223,9 +223,9 @@ def test_a_proc_with_no_ways_of_its_own_starts(node: Node):
 def test_spread_hook_under_the_system_python(node: Node):
     machine = node.root / "m.ad"
     machine.write_text('Name = "slot1_1@node1@node1.cosched.test"\n')
-    env = {"COSCHED_NODE_CONFIG": str(node.config_path), "COSCHED_STATE_DIR": str(node.state),
-           "_CONDOR_MACHINE_AD": str(machine), "PATH": "/usr/bin:/bin"}
-    hook = [SYSTEM_PYTHON, "-Es", str(HOOKS / "cosched_prepare_job.py")]
+    hook_args = ["--node-config", str(node.config_path), "--state-dir", str(node.state)]
+    env = {"_CONDOR_MACHINE_AD": str(machine), "PATH": "/usr/bin:/bin"}
+    hook = [SYSTEM_PYTHON, "-Es", str(HOOKS / "cosched_prepare_job.py"), *hook_args]
     unpinned = subprocess.run(hook, input=spread_job(cpus=2, pin=None).encode(), env=env, capture_output=True,
                               timeout=60)
     assert unpinned.returncode == 0 and unpinned.stderr == b"", unpinned.stderr

@@ -67,15 +67,15 @@ def run_hook(tmp_path: Path, start: Start, job_env: str) -> tuple[int, dict]:
     machine = tmp_path / "machine.ad"
     machine.write_text(f'Name = "{start.slot}@node1@node1.cosched.test"\n{start.machine}')
     job_ad = f"ClusterId = 10\nProcId = 0\nOwner = \"alice\"\n{start.job}{job_env}"
-    env = {"COSCHED_NODE_CONFIG": str(node_config), "COSCHED_STATE_DIR": str(tmp_path / "state"),
-           "_CONDOR_MACHINE_AD": str(machine)}
+    hook_args = ["--node-config", str(node_config), "--state-dir", str(tmp_path / "state")]
+    env = {"_CONDOR_MACHINE_AD": str(machine)}
 
     def ask(state_dir: str) -> dict:
         assert start.reply is not None, "this start asks the agent nothing"
         return start.reply
 
     out = io.StringIO()
-    code = prepare_job.main([], stdin=io.BytesIO(job_ad.encode()), stdout=out, env=env, ask=ask)
+    code = prepare_job.main(hook_args, stdin=io.BytesIO(job_ad.encode()), stdout=out, env=env, ask=ask)
     return code, ads.parse_classad(out.getvalue(), "hook output")
 
 
