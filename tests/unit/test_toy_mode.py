@@ -93,7 +93,7 @@ def test_the_registry_is_as_it_was_once_the_toy_is_gone(toy):
 
 
 def test_plan_plans_the_toys_jobs(toy):
-    out = json.loads(CliRunner().invoke(main, ["plan", "--json"], catch_exceptions=False).output)
+    out = json.loads(CliRunner().invoke(main, ["plan", "--json", "--policy", "knapsack"], catch_exceptions=False).output)
     placed = out["assignments"]
     assert placed and out["stats"]["toy-first-fit"]["first_fits"] == len(placed)
     assert out["policy"] == "knapsack" and out["stats"]["knapsack"]["jobs_considered"] == 0  # the toy took them
