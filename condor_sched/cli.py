@@ -15,6 +15,7 @@ from condor_sched.options import (
     THREAD_OVERCOMMIT, BoundedFloat, bounded_int,
 )
 from condor_sched.classads import SnapshotError
+from condor_sched.doctor_command import doctor
 from condor_sched.gc_pause import gc_paused
 from condor_sched.modes.planning import PolicyError, PolicyKind
 from condor_sched.modes.registry import get_policy, policy_names
@@ -187,6 +188,7 @@ def explain(job_id: str, queue: Path, machines: Path, live: bool, policy: str | 
         except pool.PoolUnreachable as e:
             raise click.ClickException(str(e)) from None
         config = CycleConfig.from_settings(settings, _profiles(settings.profile_dir))
+        click.echo(_lease_line(settings.interval_s))
     else:
         state = _load_snapshot(queue, machines)
         config = CycleConfig.from_settings(SIDECAR_DEFAULTS, _profiles(None))
@@ -200,6 +202,20 @@ def explain(job_id: str, queue: Path, machines: Path, live: bool, policy: str | 
         raise click.ClickException(str(e)) from None
     decision = decide_cycle(state, CycleMemory.fresh(state), config)
     click.echo("\n".join(explain_job(state, decision, job)))
+
+
+def _lease_line(interval_s: float) -> str:
+    """Whether a sidecar holds the pool's lease and how fresh its last cycle is (``explain --live``)."""
+    import time
+
+    from condor_sched import lease, pool
+    from condor_sched.daemon import AD_TYPE
+
+    try:
+        ads = [dict(ad) for ad in pool.generic_ads(AD_TYPE)]
+    except Exception as e:  # noqa: BLE001 - the collector's answer only informs here
+        return f"sidecar: cannot ask the collector for its ad ({type(e).__name__}: {e})"
+    return lease.lease_status(ads, time.time(), interval_s)
 
 
 def _profiles(directory: str | Path | None):
@@ -489,6 +505,9 @@ def pool_env(user: str) -> None:
 
     for key, value in localpool.client_env(user).items():
         click.echo(f"export {key}={value}")
+
+
+main.add_command(doctor)
 
 
 def _add_optional_commands() -> None:

@@ -22,6 +22,7 @@ the whole queue afresh gives (``tests/unit/test_incremental_cycle.py``).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import compress, repeat
 from operator import attrgetter, is_not
 from typing import Sequence
@@ -32,7 +33,7 @@ from condor_sched.cycle_records import (
     CycleConfig, CycleDecision, CycleMemory, Enroll, Hold, Pin, Unpin, pin_reason, waiting_reason,
 )
 from condor_sched.mode_cycle import decide_mode, keep_pins
-from condor_sched.model import HOLDS_A_SLOT, Job, JobStatus, PoolState, RunningJob, Skipped, partitionable_slot_of
+from condor_sched.model import HOLDS_A_SLOT, Job, JobKey, JobStatus, PoolState, RunningJob, Skipped, partitionable_slot_of
 from condor_sched.modes.devices.bounded import BOUNDED_POLICIES
 from condor_sched.modes.interface import ModeContext
 from condor_sched.modes.registry import mode_of_job
@@ -87,4 +88,13 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
     bad_unpins = tuple(Unpin(s.job, f"malformed ad: {s.reason}") for s in state.skipped
                        if s.job is not None and s.pinned_slot is not None)
     bad_holds = tuple(Hold(s.job, _hold_reason(s)) for s in state.skipped if s.job is not None and s.idle)
-    return CycleDecision.of(memory.cycle, jobs.seen, parts, state.skipped, jobs.first_seen, bad_unpins, bad_holds, cache)
+    decision = CycleDecision.of(memory.cycle, jobs.seen, parts, state.skipped, jobs.first_seen, bad_unpins, bad_holds,
+                                cache)
+    return replace(decision, reasons={**running_reasons(busy), **decision.reasons})
+
+
+def running_reasons(busy: list[Job]) -> dict[JobKey, str]:
+    """A pinned job that runs is told where, so its CoSchedPinReason never still says it waits
+    (written once: the sidecar writes only reasons that changed)."""
+    return {job.key: f"running on {job.remote_slot or job.pinned_slot} (pinned there by condor_sched)"
+            for job in busy if job.status == JobStatus.RUNNING and job.pinned_slot is not None}

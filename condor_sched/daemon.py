@@ -356,7 +356,8 @@ class SidecarDaemon:
         try:
             self._load()
         except Exception as e:
-            log.error("cannot start: %s", e)
+            log.error("cannot start: %s", e)   # to COSCHED_LOG, its fallback or the system log
+            self.log_file.close()
             raise
         log.info("started (pid %d) as %s%s", self.status.pid, self.knobs.name,
                  " (dry run: no lease, edits nothing)" if self.dry_run else "")

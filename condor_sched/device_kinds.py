@@ -153,7 +153,7 @@ PHI = DeviceKind(
                  ("COSCHED_DEVICE", "{device}"), ("COSCHED_DEVICE_CORES", "{core_list}"),
                  ("COSCHED_DEVICE_THREADS", "{unit_list}"), ("OFFLOAD_DEVICES", "{device_index}")))
 
-#: NVIDIA GPUs (issue 13, README "GPU sharing"): GPU memory (MB, hard) and compute in thousandths
+#: NVIDIA GPUs (docs/gpu-sharing.md): GPU memory (MB, hard) and compute in thousandths
 #: of a GPU (1000 = whole; MPS caps a client's SMs with ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``
 #: and time-shares them), found by ``nvidia-smi`` or ``condor_gpu_discovery``; model and compute
 #: capability are match attributes (``require_gpus``). Node layout: every GPU of a node is

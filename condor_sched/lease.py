@@ -126,3 +126,28 @@ def refusal(rival: Rival, now: float) -> str:
 def first_rival_before(rivals: Iterable[Rival], me: SidecarId) -> Rival | None:
     """The first rival that started before ``me`` (it keeps the lease), if any."""
     return next((r for r in sorted(rivals, key=lambda r: r.id) if r.id < me), None)
+
+
+def lease_status(ads: Iterable[Mapping[str, Any]], now: float, interval_s: float) -> str:
+    """One line for ``explain --live``: which sidecar holds the lease and how old its last
+    cycle is, or that none does (then no pin is made or kept fresh: what ``explain`` prints
+    is what a cycle would decide, not what one did)."""
+    live = []
+    for ad in ads:
+        heard, lease_s = ad.get("LastHeardFrom"), ad.get("ClassAdLifetime")
+        lease_s = lease_s if isinstance(lease_s, int) and lease_s > 0 else 210
+        if ad.get("CoSchedDryRun") is not True and (not isinstance(heard, (int, float)) or now - heard <= lease_s):
+            live.append(ad)
+    if not live:
+        return ("no sidecar holds the lease (no live CoSchedSidecar ad in the collector): no job is pinned or "
+                "kept pinned until one runs; below is what a cycle would decide now")
+    ad = max(live, key=lambda a: a.get("DaemonStartTime") or 0)
+    who = f"sidecar {ad.get('Name', '?')} on {ad.get('Machine', '?')}"
+    last = ad.get("CoSchedLastCycleTime")
+    if not isinstance(last, (int, float)):
+        return f"{who} holds the lease but has not finished a cycle yet; below is what a cycle would decide now"
+    age = now - last
+    if age > 3 * interval_s:
+        return (f"{who} holds the lease, but its last cycle ended {_duration(age)} ago (cycles are due every "
+                f"{_duration(interval_s)} at most): pins may be stale; below is what a cycle would decide now")
+    return f"{who}: last cycle {_duration(age)} ago; below is what a cycle would decide now"

@@ -63,6 +63,13 @@ def duration_s(value: object) -> int | None:
 #: them into the claim's ``RequestCoSchedGPU<k>Memory`` / ``...Compute``, so HTCondor itself
 #: accounts every GPU.
 PIN_GPUS_ATTR = "CoSchedPinGPUs"
+#: A GPU job's constraint on the GPU model, set by an ordinary submit file
+#: (``My.CoSchedRequireGPUs = "Capability >= 9.0"``): condor_submit drops ``require_gpus``
+#: without ``request_GPUs``, so a GPU share carries its constraint in an attribute of ours.
+GPU_CONSTRAINT_ATTR = "CoSchedRequireGPUs"
+#: The GPU properties such a constraint (and ``require_gpus``) may name, as HTCondor's
+#: ``AvailableGPUs`` spells them; the execute node advertises each GPU's.
+GPU_PROPERTIES = ("DeviceName", "Capability", "GlobalMemoryMb", "DeviceUuid")
 PIN_GPU_MEMORY_ATTR = "CoSchedPinGPUMemory"
 PIN_GPU_COMPUTE_ATTR = "CoSchedPinGPUCompute"
 #: Compute of a whole GPU in a GPU request (thousandths).

@@ -16,6 +16,7 @@ import logging
 import logging.handlers
 import os
 import pwd
+import stat
 
 from condor_sched.settings import SettingsError
 
@@ -93,7 +94,13 @@ class LogFile:
         self.handler, self.path = handler, path
 
     def _attach_syslog(self) -> None:
-        """The last place left: the system log (journald keeps what the master drops)."""
+        """The last place left: the system log (journald keeps what the master drops), when
+        this host has one listening."""
+        try:
+            if not stat.S_ISSOCK(os.stat(self._syslog_socket).st_mode):
+                return
+        except OSError:
+            return
         try:
             handler = logging.handlers.SysLogHandler(address=self._syslog_socket,
                                                      facility=logging.handlers.SysLogHandler.LOG_DAEMON)

@@ -35,6 +35,8 @@ from condor_sched.model import (
     MALLEABLE_ATTR,
     PIN_CLAUSE,
     PIN_CYCLE_ATTR,
+    GPU_CONSTRAINT_ATTR,
+    GPU_PROPERTIES,
     PIN_GPUS_ATTR,
     WHOLE_GPU,
     GpuRequest,
@@ -152,14 +154,37 @@ def _pinned_gpus(ad: classad2.ClassAd) -> tuple[int, ...]:
 
 
 def _require_gpus(ad: classad2.ClassAd) -> str | None:
-    """The job's ``require_gpus`` expression text (evaluated against each GPU's properties by
-    ``modes/gpus/live.py``); AdError when it is too long to be a reasonable constraint."""
-    if GPU.match_request_attr not in ad:
-        return None
-    text = _lookup_text(ad, GPU.match_request_attr)
+    """The job's constraint on the GPUs' properties, as one expression text (evaluated against
+    each GPU's properties by ``modes/gpus/live.py``): HTCondor's ``RequireGPUs`` (from
+    ``require_gpus``, kept by condor_submit only with ``request_GPUs``) and our own
+    ``CoSchedRequireGPUs`` string, both when both are set. AdError naming the attribute when
+    either is too long, or ours is not an expression over GPU properties only."""
+    texts = []
+    if GPU.match_request_attr in ad:
+        texts.append(_lookup_text(ad, GPU.match_request_attr))
+        if len(texts[-1]) > MAX_REQUIRE_GPUS_CHARS:
+            raise AdError(GPU.match_request_attr, f"longer than {MAX_REQUIRE_GPUS_CHARS} characters")
+        _cost_of([(GPU.match_request_attr, texts[-1])])
+    if GPU_CONSTRAINT_ATTR in ad:
+        texts.append(gpu_constraint_problem_free(_string(ad, GPU_CONSTRAINT_ATTR, required=True) or ""))
+    return " && ".join(f"({t})" for t in texts) if len(texts) > 1 else (texts[0] if texts else None)
+
+
+def gpu_constraint_problem_free(text: str) -> str:
+    """``text`` when it is a ClassAd expression naming only GPU properties (``GPU_PROPERTIES``),
+    else AdError on ``CoSchedRequireGPUs`` saying what is wrong."""
     if len(text) > MAX_REQUIRE_GPUS_CHARS:
-        raise AdError(GPU.match_request_attr, f"longer than {MAX_REQUIRE_GPUS_CHARS} characters")
-    _cost_of([(GPU.match_request_attr, text)])
+        raise AdError(GPU_CONSTRAINT_ATTR, f"longer than {MAX_REQUIRE_GPUS_CHARS} characters")
+    try:
+        expr = classad2.ExprTree(text)
+    except Exception:  # noqa: BLE001 - classad2 raises its own exception class for a parse error
+        raise AdError(GPU_CONSTRAINT_ATTR, f"= {text[:40]!r} is not a ClassAd expression") from None
+    allowed = {p.lower() for p in GPU_PROPERTIES}
+    others = sorted(r for r in classad2.ClassAd().externalRefs(expr) if r.lower() not in allowed)
+    if others:
+        raise AdError(GPU_CONSTRAINT_ATTR, f"may name only GPU properties ({', '.join(GPU_PROPERTIES)}), "
+                                           f"not {', '.join(others)[:80]}")
+    _cost_of([(GPU_CONSTRAINT_ATTR, text)])
     return text
 
 
@@ -261,7 +286,7 @@ def _record_reads() -> tuple[str, ...]:
 
 #: The GPU attributes of a job the sidecar reads (issue 13).
 GPU_JOB_ATTRS = (GPU.request_memory_attr, GPU.request_compute_attr, GPU.count_request_attr, GPU.match_request_attr,
-                 PIN_GPUS_ATTR)
+                 GPU_CONSTRAINT_ATTR, PIN_GPUS_ATTR)
 _RECORD_TEXTS = 2
 #: Read per job; they can only make ``submitted_at_s``, ``job_prio`` and ``start_refused`` differ.
 _RECORD_PER_JOB_READS = ("QDate", "JobPrio", "VacateReasonCode", PIN_TIME_ATTR, "LastVacateTime",

@@ -18,3 +18,7 @@ One module per concern:
 - ``runs``: run records of spread jobs (piggyback profiling) and their perf samples
 - ``agent``, ``prepare_job``, ``startd_cron``, ``discover``: the programs
 """
+
+#: The release of these programs: condor_sched's own (a test holds them equal). The startd cron
+#: advertises it as CoSchedNodeVersion, so ``condor-sched doctor`` finds hosts left behind.
+__version__ = "0.1.0"

@@ -77,7 +77,7 @@ class Agent(CpusetDuty):
                  perf: Optional[PerfSampler] = None, kill_grace_s: float = 5.0, interval_s: float = 10.0,
                  proc_root: str = "/proc", starter_uid: int = 0,
                  cgroups: Optional[cpusets.CgroupCpusets] = None, nvidia_smi: Optional[gpu_watch.NvidiaSmi] = None,
-                 mps: Optional[gpu_watch.MpsControl] = None) -> None:
+                 mps: Optional[gpu_watch.MpsControl] = None, hold_grace_s: float = 120.0) -> None:
         self.config, self.state_dir, self.view, self.probe, self.log = config, state_dir, view, probe, log
         self.cgroups = cgroups if config.node_slot is not None else None
         self._cpuset_problem: Optional[str] = "not probed yet"
@@ -85,6 +85,7 @@ class Agent(CpusetDuty):
         self._cgroup_problems: Dict[str, str] = {}
         self.manager, self.profile_dir, self.perf = manager, profile_dir, perf
         self.kill_grace_s, self.interval_s, self.proc_root = kill_grace_s, interval_s, proc_root
+        self.hold_grace_s = hold_grace_s   # how long a stopped job waits for the startd's hold
         self.starter_uid = starter_uid   # a starter runs with real uid root; tests run their own
         self.nvidia_smi, self.mps = nvidia_smi, mps   # GPU nodes (issue 13)
         self.records, problems = jobs.load(state_dir)
@@ -265,6 +266,7 @@ class Agent(CpusetDuty):
         except Exception as exc:   # the memory watch below runs whatever happens here
             self.log(f"cpusets not managed this interval: {exc.__class__.__name__}: {exc}")
         used = self.watch_memory()
+        self.finish_stops(now)
         try:
             self.watch_gpus(table)
         except Exception as exc:   # one bad interval never stops the agent
@@ -287,18 +289,38 @@ class Agent(CpusetDuty):
             claim = record.claim
             used = readings[record.key] = self.probe.job_usage_mb(claim.device, claim.cluster, claim.proc)
             if not record.killed and memory_watch.over_limit(used, claim.device_memory_mb):
-                record.killed = (f"device memory use {used} MB on {claim.device} exceeds its allocation of "
-                                 f"{claim.device_memory_mb} MB")
-                pids = procs.stop_job(record.starter_pid, record.starter_start, self.kill_grace_s, self.proc_root)
-                if not pids:   # no process of the job yet (or any more): tried again next interval
-                    self.log(f"job {claim.job}: over its allocation, but no process of it to stop")
-                    record.killed = None
-                    continue
-                state.write_json_atomic(os.path.join(self.state_dir, "killed"), f"{claim.job}.json",
-                                        {"job": claim.job, "device": claim.device, "slot": claim.slot,
-                                         "reason": record.killed, "pids": sorted(pids), "time": time.time()})
-                self.log(f"job {claim.job} stopped: {record.killed} (signalled pids {sorted(pids)})")
+                self.stop_over_limit(record, claim.device or "", f"device memory use {used} MB on {claim.device} "
+                                                               f"exceeds its allocation of {claim.device_memory_mb} MB")
         return readings
+
+    def stop_over_limit(self, record: Running, device: str, reason: str) -> None:
+        """Stop a job over its memory allocation at once (SIGSTOP: it runs and allocates no
+        more) and record why in DIR/killed/<job>.json, which the startd cron publishes as
+        ``CoSchedOverLimit_<slot>``: the startd's policy (config.d/20) then holds the job with
+        that reason. ``finish_stops`` kills it should no hold come."""
+        claim = record.claim
+        pids = procs.signal_job(record.starter_pid, record.starter_start, signal.SIGSTOP, self.proc_root)
+        if not pids:   # no process of the job yet (or any more): tried again next interval
+            self.log(f"job {claim.job}: over its allocation, but no process of it to stop")
+            return
+        record.killed, record.stopped_at = reason, time.time()
+        state.write_json_atomic(os.path.join(self.state_dir, "killed"), f"{claim.job}.json",
+                                {"job": claim.job, "device": device, "slot": claim.slot, "reason": reason,
+                                 "pids": sorted(pids), "time": record.stopped_at})
+        self.log(f"job {claim.job} stopped: {reason} (signalled pids {sorted(pids)}); the startd holds it, "
+                 f"else it is killed in {self.hold_grace_s:g} s")
+
+    def finish_stops(self, now: float) -> None:
+        """Kill a stopped job the startd has not held within ``hold_grace_s`` (a node without
+        config.d/20's over-limit policy): SIGTERM, SIGCONT so it can act on it, then SIGKILL."""
+        for record in self.records.values():
+            if record.stopped_at and now - record.stopped_at >= self.hold_grace_s and not record.kill_sent:
+                pids = procs.signal_job(record.starter_pid, record.starter_start, signal.SIGTERM, self.proc_root)
+                procs.signal_job(record.starter_pid, record.starter_start, signal.SIGCONT, self.proc_root)
+                pids += procs.stop_job(record.starter_pid, record.starter_start, self.kill_grace_s, self.proc_root)
+                record.kill_sent = True
+                self.log(f"job {record.claim.job}: not held within {self.hold_grace_s:g} s of its stop (is "
+                         f"config.d/20-cosched-startd.conf installed?): killed (signalled pids {sorted(set(pids))})")
 
     def watch_gpus(self, table: Dict[int, procs.Proc]) -> None:
         """GPU nodes: keep the MPS control daemon running, and stop a job whose processes use
@@ -323,15 +345,7 @@ class Agent(CpusetDuty):
             reason = gpu_watch.stop_reason(used, gpu_watch.allowed_by_uuid(self.config, claim), uuids)
             if reason is None:
                 continue
-            pids = procs.stop_job(record.starter_pid, record.starter_start, self.kill_grace_s, self.proc_root)
-            if not pids:
-                self.log(f"job {claim.job}: over its GPU allocation, but no process of it to stop")
-                continue
-            record.killed = reason
-            state.write_json_atomic(os.path.join(self.state_dir, "killed"), f"{claim.job}.json",
-                                    {"job": claim.job, "device": "gpu", "slot": claim.slot, "reason": reason,
-                                     "pids": sorted(pids), "time": time.time()})
-            self.log(f"job {claim.job} stopped: {reason} (signalled pids {sorted(pids)})")
+            self.stop_over_limit(record, "gpu", reason)
 
     def watch_spread(self, table: Dict[int, procs.Proc], now: float) -> None:
         """Co-runners and perf samples of each spread job; its resctrl group."""
@@ -415,6 +429,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--probe-dir")
     parser.add_argument("--interval", type=float, default=10.0)
     parser.add_argument("--kill-grace", type=float, default=5.0)
+    parser.add_argument("--hold-grace", type=float, default=120.0,
+                        help="seconds a job stopped over its memory waits for the startd to hold it before it is killed")
     parser.add_argument("--resctrl-root", default="/sys/fs/resctrl",
                         help="resctrl mount point (a directory laid out as resctrl in tests)")
     parser.add_argument("--cgroup-root", default="/sys/fs/cgroup",
@@ -434,9 +450,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 
 def build(args: argparse.Namespace, config: NodeConfig, state_dir: str, log: Log) -> Agent:
     """The agent its arguments describe, on ``config`` and ``state_dir``; ConfigError for a bad one."""
-    if not 0.1 <= args.interval <= 3600 or not 0 <= args.kill_grace <= 300 or not 0.01 <= args.perf_sample <= 60:
-        raise ConfigError("--interval must be in [0.1, 3600] s, --kill-grace in [0, 300] s "
-                          "and --perf-sample in [0.01, 60] s")
+    if not 0.1 <= args.interval <= 3600 or not 0 <= args.kill_grace <= 300 or not 0.01 <= args.perf_sample <= 60 \
+            or not 0 <= args.hold_grace <= 3600:
+        raise ConfigError("--interval must be in [0.1, 3600] s, --kill-grace in [0, 300] s, --hold-grace in "
+                          "[0, 3600] s and --perf-sample in [0.01, 60] s")
     for option, value in (("--resctrl-root", args.resctrl_root), ("--profile-dir", args.profile_dir),
                           ("--cgroup-root", args.cgroup_root),
                           ("--startd-address-file", args.startd_address_file)):
@@ -472,7 +489,7 @@ def build(args: argparse.Namespace, config: NodeConfig, state_dir: str, log: Log
             f"MPS control {control or 'absent'}")
     return Agent(config, state_dir, view, probe, log, manager, args.profile_dir,
                  make_perf(args.perf, args.perf_sample, log), args.kill_grace, args.interval, cgroups=cgroups,
-                 nvidia_smi=nvidia_smi, mps=mps)
+                 nvidia_smi=nvidia_smi, mps=mps, hold_grace_s=args.hold_grace)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

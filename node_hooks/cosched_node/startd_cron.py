@@ -1,11 +1,14 @@
 """STARTD_CRON job: advertise the node's non-consumable device facts as ``Attr = value`` lines.
 
 Runs periodically as condor's user.  Prints
+  CoSchedNodeVersion       the release of the node programs (condor_sched's version)
   CoSchedDeviceModels      "mic0=<Board SKU>,mic1=..." from ``micinfo``, else "emulated"
   CoSchedNodeAgentAlive    true when DIR/agent.heartbeat is fresher than --max-age seconds
   CoSchedPhiUsedMemory_<dev>, CoSchedPhiAllocatedMemory_<dev>, CoSchedPhiAllocatedThreads_<dev>,
   CoSchedPhiBusyCores_<dev>, CoSchedPhiJobs_<dev>  from the agent's DIR/devices/<dev>.json
   CoSchedLastKill          the newest reason in DIR/killed/ (when there is one)
+  CoSchedOverLimit_<slot>  "<job> <reason>": a job the agent stopped over its memory on that
+                           (dynamic) slot, which the startd's policy (config.d/20) holds
   CoSchedNodeSharing       (nodes with a node slot) true when the agent is alive and can set
                            cpusets (DIR/cpusets.json "usable"): the sidecar pins guests only there
   CoSchedLentCpus          (nodes with a node slot) CPUs guests keep after their mate ended, which
@@ -24,7 +27,7 @@ import sys
 import time
 from typing import Dict, List, Optional, Sequence, TextIO
 
-from cosched_node import rules
+from cosched_node import __version__, rules
 from cosched_node.ads import format_line
 from cosched_node.config import DEFAULT_NODE_CONFIG, NodeConfig, load_node_config, state_dir_for
 from cosched_node.errors import EXIT_BAD_CONFIG, EXIT_INTERNAL, EXIT_OK, ConfigError
@@ -93,7 +96,7 @@ def facts(config: NodeConfig, state_dir: str, micinfo_text: Optional[str],
           max_age_s: float, now: Optional[float] = None) -> List[str]:
     """The ``Attr = value`` lines to print (pure apart from reading the state dir)."""
     now = time.time() if now is None else now
-    lines = [format_line("CoSchedNodeConfigOK", True),
+    lines = [format_line("CoSchedNodeConfigOK", True), format_line("CoSchedNodeVersion", __version__),
              format_line("CoSchedDeviceModels", device_models(config, micinfo_text))]
     beat = _read_json(state_dir, "agent.heartbeat")
     beat_time = _number(beat, "time") if beat else None
@@ -133,7 +136,33 @@ def facts(config: NodeConfig, state_dir: str, micinfo_text: Optional[str],
     if newest:
         text = SAFE_TEXT_RE.sub("", f"{name_of(newest)} {newest['reason']}")[:200]
         lines.append(format_line("CoSchedLastKill", text))
+    lines += over_limit_lines(killed_dir, names, now)
     return lines
+
+
+#: How long a stop stays published for the startd's hold policy (the agent kills a job not
+#: held within its --hold-grace, 120 s by default; a record older than this is history).
+OVER_LIMIT_PUBLISH_S = 3600.0
+SHORT_SLOT_RE = re.compile(r"^slot\d{1,4}(_\d{1,6})?$")
+
+
+def over_limit_lines(killed_dir: str, names: List[str], now: float) -> List[str]:
+    """``CoSchedOverLimit_<slot> = "<job> <reason>"`` for each job the agent stopped over its
+    memory in the last hour: the startd's policy (config.d/20) holds the job of that slot
+    whose JobId starts the value, with the reason as its HoldReason. Only the agent's root-
+    written records are read; the slot and job must be names the agent writes."""
+    latest: Dict[str, dict] = {}
+    for name in names:
+        record = _read_json(killed_dir, name)
+        when = _number(record, "time") if record else None
+        slot, job, reason = (record or {}).get("slot"), (record or {}).get("job"), (record or {}).get("reason")
+        if when is None or not 0 <= now - when <= OVER_LIMIT_PUBLISH_S or not isinstance(reason, str) \
+                or not isinstance(slot, str) or not SHORT_SLOT_RE.match(slot) \
+                or not isinstance(job, str) or not re.match(r"^\d{1,12}\.\d{1,9}$", job):
+            continue
+        if slot not in latest or when > latest[slot]["time"]:
+            latest[slot] = {"time": when, "text": f"{job} {SAFE_TEXT_RE.sub('', reason)[:200]}"}
+    return [format_line(f"CoSchedOverLimit_{slot}", latest[slot]["text"]) for slot in sorted(latest)]
 
 
 def name_of(record: dict) -> str:

@@ -68,6 +68,8 @@ def test_users_read_why_their_jobs_wait_or_are_held_and_release_restores_require
         explained = cli(pool, "explain", f"{clusters[0]}.0", "--live", user=pool.info.user)
         assert explained.returncode == 0, explained.stderr
         assert "too small even when empty" in explained.stdout and "needs 99999999" in explained.stdout
+        # `run --once` holds no lease: explain says so before what a cycle would decide
+        assert "holds the lease" in explained.stdout.splitlines()[0], explained.stdout[:300]
 
         released = cli(pool, "release")
         assert released.returncode == 0, released.stderr

@@ -97,9 +97,13 @@ def test_two_sharing_jobs_share_gpu0_a_whole_gpu_job_takes_gpu1_and_another_owne
                             and s["CoSchedGPU1Compute"] == 0 and s, "the p-slot to show all three claims")
         assert p_slot["CoSchedGPU0Compute"] == 500 and p_slot["CoSchedGPU1Memory"] == 0
         assert p_slot["TotalSlotCoSchedGPU0Memory"] == 15360 and p_slot["TotalSlotCoSchedGPU0Compute"] == 1000
-        claims = sorted((s["CoSchedGPU0Memory"], s["CoSchedGPU0Compute"], s["CoSchedGPU1Memory"],
-                         s["CoSchedGPU1Compute"]) for n, s in node_slots(pool).items() if n.startswith("slot1_"))
-        assert claims == [(0, 0, 15360, 1000), (4000, 250, 0, 0), (4000, 250, 0, 0)], claims
+        # the dynamic slots' ads reach the collector on their own updates, after the p-slot's may
+
+        def claims() -> list[tuple[int, int, int, int]]:
+            return sorted((s["CoSchedGPU0Memory"], s["CoSchedGPU0Compute"], s["CoSchedGPU1Memory"],
+                           s["CoSchedGPU1Compute"]) for n, s in node_slots(pool).items() if n.startswith("slot1_"))
+        expected = [(0, 0, 15360, 1000), (4000, 250, 0, 0), (4000, 250, 0, 0)]
+        wait_until(lambda: claims() == expected, "the three claims' dynamic slots in the collector", 30)
 
         # bob's job pinned to alice's shared GPU 0: the node refuses it (MPS: one user per GPU)
         pin(pool, stranger, "0", 2000, 100)
@@ -125,14 +129,18 @@ def test_two_sharing_jobs_share_gpu0_a_whole_gpu_job_takes_gpu1_and_another_owne
         pool.admin_remove(f"ClusterId >= {first}")
 
 
-def test_a_job_using_more_gpu_memory_than_it_requested_is_stopped_by_the_node_agent(pool):
+def test_a_job_using_more_gpu_memory_than_it_requested_is_stopped_by_the_node_agent_and_held(pool):
     cluster, _ = submit_gpu_job(pool, 6000, 120, request_GPUMemory="4000", request_GPUCompute="250")
     try:
         pin(pool, cluster, "0", 4000, 250)
         pool.wait_for(cluster, lambda a: a["JobStatus"] == 2, ATTRS, timeout_s=90)
         started = time.monotonic()
-        ad = pool.wait_for(cluster, lambda a: a["JobStatus"] in (3, 4, 5), ATTRS, timeout_s=90)
-        assert time.monotonic() - started < 60, ad           # long before its 120 s sleep would end
+        ad = pool.wait_for(cluster, lambda a: a["JobStatus"] in (3, 4, 5), [*ATTRS, "HoldReason"], timeout_s=120)
+        assert time.monotonic() - started < 100, ad          # long before its 120 s sleep would end
+        # stopped at once by the agent, then held by the startd with the limit and the use
+        assert ad["JobStatus"] == 5 and ad["HoldReason"].endswith(
+            f"condor_sched: stopped on the execute node: GPU memory use 6000 MB on GPU 0 {U0} exceeds its "
+            "allocation of 4000 MB"), ad
         killed = pool.info.root / f"var/lib/condor_sched/{NODE}/killed/{cluster}.0.json"
         record = json.loads(wait_until(lambda: killed.exists() and killed.read_text(), "the stop record", 30))
         assert record["reason"] == f"GPU memory use 6000 MB on GPU 0 ({U0}) exceeds its allocation of 4000 MB"
@@ -182,3 +190,13 @@ def test_the_sidecar_packs_one_owners_shares_on_a_gpu_and_never_mixes_owners(poo
             assert len({j["Owner"] for j in running if j["CoSchedPinGPUCompute"] < 1000}) <= 1, running
             together |= sum(1 for j in running if j["ClusterId"] == shares) >= 2
     assert together, per_gpu
+
+
+def test_a_model_constraint_that_is_not_an_expression_is_refused_at_submit(pool):
+    """My.CoSchedRequireGPUs carries a share's model constraint (condor_submit drops require_gpus
+    without request_GPUs): the schedd refuses one that does not parse, naming it."""
+    import htcondor2
+
+    with pytest.raises(htcondor2.HTCondorException) as refused:
+        pool.submit(request_GPUMemory="4000", request_GPUCompute="250", **{"My.CoSchedRequireGPUs": '"Capability >="'})
+    assert "CoSchedRequireGPUs must be a string holding a ClassAd expression" in str(refused.value)

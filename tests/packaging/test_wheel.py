@@ -122,5 +122,7 @@ def test_install_node_and_config_hand_out_the_shipped_files(installed: Installed
     assert subprocess.run([command, "--help"], capture_output=True, timeout=120).returncode == 0, command
     execute = installed.condor_sched("config", "30-cosched-execute.conf")
     hooks_dir = next(line.split(" = ", 1)[1] for line in execute.splitlines() if line.startswith("COSCHED_NODE_HOOKS = "))
+    # The condor_q print format of the reasons lies under the prefix, where docs/users.md says.
+    assert "CoSchedPinReason" in (installed.venv / "share" / "condor_sched" / "cosched.cpf").read_text()
     default = installed.condor_sched("install-node")
     assert f"wrote     {hooks_dir}/cosched_prepare_job.py" in default

@@ -242,9 +242,10 @@ def test_log_file_follows_the_knobs(tmp_path: Path):
 
 
 def test_an_unwritable_log_names_the_knob(tmp_path):
+    log_file = daemon.LogFile(syslog_socket=str(tmp_path / "no-syslog"))
     with pytest.raises(SettingsError, match="COSCHED_LOG"):
-        daemon.LogFile(syslog_socket=str(tmp_path / "no-syslog")).apply(str(tmp_path / "missing-dir" / "CoSchedLog"),
-                                                                         100)
+        log_file.apply(str(tmp_path / "missing-dir" / "CoSchedLog"), 100)
+    assert log_file.handler is None          # no system log listens there: nothing attached
 
 
 # --- stopping within 2 s ---------------------------------------------------------------

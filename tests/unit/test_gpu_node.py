@@ -457,6 +457,11 @@ def test_a_cpu_only_job_on_a_gpu_node_starts_with_no_gpu_visible_and_no_agent_qu
     assert ads.ad_get(out, "CoSchedGPUs") is None
 
 
+def _state(pid: int) -> str:
+    """The state letter of ``pid`` in /proc (T: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
 def test_a_job_over_its_claims_gpu_memory_is_stopped_and_recorded(gnode: GpuNode):
     over = gnode.claim("slot1_1", "40.0", {0: (4000, 250)})
     within = gnode.claim("slot1_2", "41.0", {0: (4000, 250)})
@@ -465,8 +470,11 @@ def test_a_job_over_its_claims_gpu_memory_is_stopped_and_recorded(gnode: GpuNode
         assert gnode.ask(starter)["status"] == "ok"
     gnode.apps.write_text(f"{over.child}, {U0}, 4001\n{within.child}, {U0}, 4000\n")
     gnode.agent.tick()
+    assert _state(over.child) == "T"                       # stopped at once; the startd holds it
+    assert within.child_alive() and cpu_only.child_alive() and _state(within.child) != "T"
+    gnode.agent.hold_grace_s = 0                           # no hold came: killed after the grace
+    gnode.agent.tick()
     assert over.exit_status_of_job() == "143"
-    assert within.child_alive() and cpu_only.child_alive()
     killed = json.loads((gnode.state / "killed" / "40.0.json").read_text())
     assert killed["reason"] == f"GPU memory use 4001 MB on GPU 0 ({U0}) exceeds its allocation of 4000 MB"
     assert killed["pids"] == [over.child] and killed["device"] == "gpu" and killed["slot"] == "slot1_1"
@@ -478,7 +486,7 @@ def test_a_job_using_a_gpu_its_claim_does_not_hold_is_stopped(gnode: GpuNode):
     gnode.ask(cpu_only)
     gnode.apps.write_text(f"{cpu_only.child}, {U1}, 1\n")
     gnode.agent.tick()
-    assert cpu_only.exit_status_of_job() == "143"
+    assert _state(cpu_only.child) == "T"
     assert "allocation of 0 MB" in json.loads((gnode.state / "killed" / "42.0.json").read_text())["reason"]
 
 
@@ -507,7 +515,10 @@ def test_a_gpu_job_running_as_its_owner_is_found_through_its_starter(gnode: GpuN
     gnode.ask(job)
     gnode.apps.write_text(f"{job.child}, {U0}, 5000\n")
     gnode.agent.tick()
-    assert job.exit_status_of_job() == "143" and JOB_UID != os.getuid()
+    assert _state(job.child) == "T" and JOB_UID != os.getuid()
+    gnode.agent.hold_grace_s = 0
+    gnode.agent.tick()
+    assert job.exit_status_of_job() == "143"
 
 
 def test_the_mps_daemon_is_started_once_with_the_node_configs_directories(tmp_path: Path):

@@ -251,3 +251,94 @@ def test_plan_prints_the_gpu_pins_as_text_and_json(tmp_path):
     assert report["gpu_policy"] == "best-fit"
     assert report["gpu_pins"] == [{"job": "1.0", "schedd": SCHEDD, "slot": "slot1@node1.test", "gpus": [0],
                                    "gpu_memory_mb": 4000, "gpu_compute": 250}]
+
+
+@pytest.mark.parametrize("policy", ["best-fit", "fgd-mem-batch", "fgd", "random-fit", "gpu-packing", "knapsack"])
+def test_a_share_carries_its_model_constraint_in_cosched_require_gpus_under_every_policy(policy):
+    """condor_submit drops require_gpus without request_GPUs, so a share says
+    ``My.CoSchedRequireGPUs = "Capability >= 8.0"``: every GPU policy places it only on GPUs whose
+    properties satisfy it, and a share no usable GPU satisfies waits naming the constraint."""
+    old, new = gpu_node_ad("node1", model="Tesla T4"), gpu_node_ad(
+        "node2", model="NVIDIA A100", **{"CoSchedGPU0Capability": 8.0, "CoSchedGPU1Capability": 8.0})
+    jobs = [gpu_job(p, CoSchedRequireGPUs="Capability >= 8.0") for p in range(3)]
+    d = decide(jobs, [old, new], knobs={"COSCHED_GPU_POLICY": policy})
+    assert {slot for slot, _ in pins_of(d).values()} == {"slot1@node2.test"} and len(pins_of(d)) == 3
+    both = gpu_job(0, RequireGPUs=classad2.ExprTree("Capability >= 7.0"), CoSchedRequireGPUs='DeviceName == "Tesla T4"')
+    assert [slot for slot, _ in pins_of(decide([both], [old, new], knobs={"COSCHED_GPU_POLICY": policy})).values()] \
+        == ["slot1@node1.test"]
+    waiting = decide([gpu_job(0, CoSchedRequireGPUs="Capability >= 9.0")], [old, new],
+                     knobs={"COSCHED_GPU_POLICY": policy})
+    assert pins_of(waiting) == {} and "model constraint" in waiting.reasons[key(0)]
+    assert "CoSchedRequireGPUs: Capability >= 9.0" in waiting.reasons[key(0)]
+
+
+@pytest.mark.parametrize("value, why", [
+    ("Capability >= ", "is not a ClassAd expression"),
+    ("Capability >= 8.0 && TARGET.Memory > 10", "may name only GPU properties"),
+    ("MY.RequestCpus > 1", "not RequestCpus"),
+    (8, "must be a string")])
+def test_a_model_constraint_that_is_not_an_expression_over_gpu_properties_is_refused_naming_it(value, why):
+    d = decide([gpu_job(0, CoSchedRequireGPUs=value)], [gpu_node_ad("node1")])
+    skipped = {s.job: s.reason for s in d.skipped}
+    assert "CoSchedRequireGPUs" in skipped[key(0)] and why in skipped[key(0)]
+    assert {h.job for h in d.holds} == {key(0)} and pins_of(d) == {}
+
+
+def test_a_share_kept_off_a_gpu_by_another_owner_is_told_the_rule():
+    """One GPU holds alice's share with room left: bob's share waits, told that MPS shares a GPU
+    among one Owner's jobs only, not that no GPU has room."""
+    running = gpu_job(0, compute=500, memory=4000, status=2, RemoteHost="slot1_1@node1.test",
+                      JobCurrentStartDate=NOW - 60, CoSchedPinSlot="slot1@node1.test", CoSchedPinGPUs="0")
+    node = gpu_node_ad("node1", gpus=1, used={0: (500, 4000)}, children=["slot1_1@node1.test"])
+    d = decide([running, gpu_job(1, compute=300, owner="bob")], [node])
+    assert pins_of(d) == {}
+    assert "holds another Owner's jobs" in d.reasons[key(1)] and "one Owner's jobs only" in d.reasons[key(1)]
+    alone = decide([running, gpu_job(1, compute=600, owner="bob")], [node])
+    assert "no GPU node has 600/1000 of a GPU" in alone.reasons[key(1)]
+
+
+def _submit_requirement() -> tuple[classad2.ExprTree, classad2.ExprTree]:
+    """SUBMIT_REQUIREMENT_CoSchedRequireGPUs and its _REASON from config.d/10, as the schedd reads them."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "config.d" / "10-cosched-schedd.conf").read_text()
+    knobs = dict(line.split(" = ", 1) for line in text.splitlines() if line.startswith("SUBMIT_REQUIREMENT_CoSched"))
+    return (classad2.ExprTree(knobs["SUBMIT_REQUIREMENT_CoSchedRequireGPUs"]),
+            classad2.ExprTree(knobs["SUBMIT_REQUIREMENT_CoSchedRequireGPUs_REASON"]))
+
+
+@pytest.mark.parametrize("value, accepted", [
+    (None, True), ("Capability >= 9.0", True), ('DeviceName == "NVIDIA H200" && GlobalMemoryMb > 80000', True),
+    ("Capability >= ", False), ("((", False), (9, False)])
+def test_the_schedd_refuses_a_model_constraint_that_is_not_an_expression_at_submit(value, accepted):
+    """The schedd evaluates the requirement with MY = its own ad and TARGET = the job: a
+    constraint that does not parse, or is not a string, is refused with the reason naming it."""
+    requirement, reason = _submit_requirement()
+    job = classad2.ClassAd({"Owner": "alice"})
+    if value is not None:
+        job["CoSchedRequireGPUs"] = value
+    schedd = classad2.ClassAd({"MyType": "Scheduler", "Name": "schedd@test"})
+    assert (requirement.eval(scope=schedd, target=job) is True) is accepted
+    if not accepted:
+        said = reason.eval(scope=schedd, target=job)
+        assert said.startswith("CoSchedRequireGPUs must be a string holding a ClassAd expression") and said.endswith(f"; got {value}")
+
+
+def test_a_pinned_job_that_runs_is_told_where_and_the_reason_is_written_once():
+    """A running job's CoSchedPinReason says where it runs, never still that it waits; the
+    sidecar writes it only when it changed."""
+    running = gpu_job(0, status=2, RemoteHost="slot1_1@node1.test", JobCurrentStartDate=NOW - 60,
+                      CoSchedPinSlot="slot1@node1.test", CoSchedPinGPUs="0",
+                      CoSchedPinReason="pinned to GPU 0 of slot1@node1.test in cycle 4 (250/1000 of each, 4000 MB)")
+    node = gpu_node_ad("node1", used={0: (250, 4000)}, children=["slot1_1@node1.test"])
+    d = decide([running], [node])
+    assert d.reasons[key(0)] == "running on slot1_1@node1.test (pinned there by condor_sched)"
+    editor = RecordingEditor()
+    apply_cycle(d, editor, {key(0): running["CoSchedPinReason"]}, now=NOW)
+    assert [e.value for e in editor.edits if e.attr == "CoSchedPinReason"] == [
+        '"running on slot1_1@node1.test (pinned there by condor_sched)"']
+    editor = RecordingEditor()
+    apply_cycle(d, editor, {key(0): d.reasons[key(0)]}, now=NOW)
+    assert [e for e in editor.edits if e.attr == "CoSchedPinReason"] == []
+    unpinned = decide([gpu_job(1, status=2, RemoteHost="slot1_2@node1.test")], [node])
+    assert key(1) not in unpinned.reasons       # a job the sidecar never pinned is not ours to tell

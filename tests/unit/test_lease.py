@@ -82,3 +82,19 @@ def test_a_pid_is_a_live_sidecar_only_while_a_condor_sched_process_has_it():
             proc.kill()
             proc.wait()
     assert not sidecar_alive(sidecar.pid)
+
+
+def test_explain_live_says_whether_a_sidecar_holds_the_lease_and_how_old_its_cycle_is():
+    from condor_sched.lease import lease_status
+
+    now = 10_000.0
+    fresh = {"Name": "cosched@cm", "Machine": "cm", "DaemonStartTime": 9000, "LastHeardFrom": now - 5,
+             "ClassAdLifetime": 210, "CoSchedLastCycleTime": now - 40}
+    assert lease_status([], now, 60).startswith("no sidecar holds the lease")
+    assert lease_status([dict(fresh, LastHeardFrom=now - 500)], now, 60).startswith("no sidecar holds the lease")
+    assert lease_status([dict(fresh, CoSchedDryRun=True)], now, 60).startswith("no sidecar holds the lease")
+    assert lease_status([fresh], now, 60).startswith("sidecar cosched@cm on cm: last cycle 40 s ago")
+    old = lease_status([dict(fresh, CoSchedLastCycleTime=now - 900)], now, 60)
+    assert "its last cycle ended 15 min 0 s ago" in old and "pins may be stale" in old
+    assert "has not finished a cycle yet" in lease_status([{k: v for k, v in fresh.items()
+                                                            if k != "CoSchedLastCycleTime"}], now, 60)

@@ -209,6 +209,11 @@ def test_unreadable_job_records_are_dropped_with_a_reason(node: Node):
 
 # --------------------------------------------------------------------------------------- memory watch
 
+def process_state(pid: int) -> str:
+    """The state letter of ``pid`` in /proc (T: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
 @needs_root
 def test_a_device_job_over_its_claims_allocation_is_stopped_and_nothing_else_is_signalled(node: Node):
     # both jobs run as the same user; the stopped one is the one over ITS claim's allocation
@@ -223,18 +228,26 @@ def test_a_device_job_over_its_claims_allocation_is_stopped_and_nothing_else_is_
     node.reading("mic0", "31.0", 1500)                      # more than 30.0's, within its own 2048
     node.reading("mic1", "32.0", 1000)
     published = node.agent.tick()
-    assert over.exit_status_of_job() == "143"               # its job got SIGTERM; the starter lived to say so
+    assert process_state(over.child) == "T"                 # stopped at once, for the startd to hold it
     assert within.child_alive() and elsewhere.child_alive() and within.alive() and elsewhere.alive()
+    assert process_state(within.child) != "T" and process_state(elsewhere.child) != "T"
     assert same_user.poll() is None and other_user.poll() is None
     killed = json.loads((node.state / "killed" / "30.0.json").read_text())
     assert killed["pids"] == [over.child] and killed["device"] == "mic0" and killed["slot"] == "slot2_1"
     assert killed["reason"] == "device memory use 1500 MB on mic0 exceeds its allocation of 1024 MB"
-    assert f"job 30.0 stopped: {killed['reason']} (signalled pids [{over.child}])" in node.log()
+    assert f"job 30.0 stopped: {killed['reason']} (signalled pids [{over.child}]); the startd holds it" in node.log()
     assert not (node.state / "killed" / "31.0.json").exists()
     mic0 = published["mic0"]
     assert mic0 == json.loads((node.state / "devices" / "mic0.json").read_text())
     assert mic0["allocated_mb"] == 3072 and mic0["used_mb"] == 3000 and mic0["allocated_threads"] == 120
     assert [(j["job"], j["killed"] is not None) for j in mic0["jobs"]] == [("30.0", True), ("31.0", False)]
+    node.agent.tick()                                       # within its hold grace: still only stopped
+    assert process_state(over.child) == "T"
+    # No hold came (a node without config.d/20's policy): after the grace the agent kills it.
+    node.agent.hold_grace_s = 0
+    node.agent.tick()
+    assert over.exit_status_of_job() == "143"               # SIGTERM, then SIGCONT to act on it
+    assert "not held within 0 s of its stop" in node.log() and within.child_alive()
 
 
 def test_the_watch_signals_no_process_of_the_starters_own_user(node: Node):

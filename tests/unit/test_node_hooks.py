@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
+import cosched_node
+import condor_sched
 from cosched_node import ads, agent, config, environment, errors, memory_watch, placement, prepare_job, state
 from cosched_node import startd_cron as cron
 from test_node_harness import (HOOKS, SYSTEM_PYTHON, FakeView, Starter, Starters, device_ad, fake_condor_status,
@@ -592,6 +594,24 @@ def test_cron_reports_a_dead_agent_and_the_last_kill(node: Node):
     ad = ads.parse_classad(out.getvalue())
     assert ads.ad_get(ad, "CoSchedNodeAgentAlive") is False
     assert ads.ad_get(ad, "CoSchedLastKill") == "7.0 used 9 MB  1 MB x"
+    assert ads.ad_get(ad, "CoSchedNodeVersion") == cosched_node.__version__ == condor_sched.__version__
+    assert not any(k.startswith("CoSchedOverLimit") for k in ad)       # records without a slot name none
+
+
+def test_cron_publishes_each_stopped_jobs_reason_on_its_slot_for_the_startds_hold(node: Node):
+    """CoSchedOverLimit_<slot> = "<job> <reason>" from the agent's records of the last hour:
+    the newest per slot; a slot or job name the agent does not write, or an old record, none."""
+    now = time.time()
+    for name, record in {"30.0": {"slot": "slot2_1", "reason": "device memory use 1500 MB on mic0 exceeds its "
+                                                                 "allocation of 1024 MB", "time": now - 5},
+                         "29.0": {"slot": "slot2_1", "reason": "older", "time": now - 50},
+                         "31.0": {"slot": "slot2_2", "reason": "long ago", "time": now - 7200},
+                         "32.0": {"slot": "slot2_3\nSTART = true", "reason": "hostile", "time": now}}.items():
+        state.write_json_atomic(str(node.state / "killed"), f"{name}.json", {"job": name, **record})
+    lines = cron.facts(config.load_node_config(str(node.config_path)), str(node.state), None, 180, now)
+    over = [line for line in lines if line.startswith("CoSchedOverLimit")]
+    assert over == ['CoSchedOverLimit_slot2_1 = "30.0 device memory use 1500 MB on mic0 exceeds its allocation '
+                    'of 1024 MB"']
 
 
 def test_cron_with_a_bad_config_says_so(tmp_path: Path):

@@ -168,3 +168,41 @@ def test_a_gpu_job_the_hook_refused_waits_for_a_newer_pin():
     refused = vacated(303, message="condor_sched: GPU node node6 (slot1_2): GPU 0 runs jobs of bob, not alice")
     assert not starts(gpu_slot(), gpu_job(**refused, CoSchedPinTime=1000))
     assert starts(gpu_slot(), gpu_job(**refused, CoSchedPinTime=1001))
+
+
+def _policy(name: str) -> classad2.ExprTree:
+    """Knob ``name`` of the snippet with $(MACRO) and $(MACRO:default) expanded in order, over a
+    pool that sets none of the policy knobs itself (their defaults apply)."""
+    macros: dict[str, str] = {}
+
+    def expand(text: str) -> str:
+        return re.sub(r"\$\((\w+)(?::([^)]*))?\)",
+                      lambda m: macros.get(m.group(1), m.group(2) if m.group(2) is not None else ""), text)
+
+    for line in SNIPPET.read_text().splitlines():
+        match = re.match(r"^([A-Za-z_][A-Za-z0-9_.]*)\s*=\s*(.*)$", line)
+        if match:
+            macros[match.group(1)] = expand(match.group(2))
+    return classad2.ExprTree(macros[name].replace("\\", "\\\\"))
+
+
+def test_a_job_the_agent_stopped_over_its_memory_is_held_with_the_reason_only_on_its_own_slot():
+    """The startd holds the job its slot's CoSchedOverLimit_<slot> names (root's record, from the
+    startd cron), with that reason; the same slot running another job, another slot, or a slot
+    with no record is left alone."""
+    record = {"CoSchedOverLimit_slot2_1": "30.0 device memory use 1500 MB on mic0 exceeds its allocation of 1024 MB"}
+    claimed = slot("slot2_1@node1@node1.cosched.test", JobId="30.0", **record)
+    job = device_job()
+    values = {knob: _policy(knob).eval(scope=claimed, target=job)
+              for knob in ("PREEMPT", "WANT_HOLD", "WANT_HOLD_REASON", "WANT_HOLD_SUBCODE", "MAXJOBRETIREMENTTIME")}
+    assert values == {"PREEMPT": True, "WANT_HOLD": True, "WANT_HOLD_SUBCODE": 103, "MAXJOBRETIREMENTTIME": -1,
+                      "WANT_HOLD_REASON": "condor_sched: stopped on the execute node: device memory use 1500 MB on "
+                                          "mic0 exceeds its allocation of 1024 MB"}
+    for other in (slot("slot2_1@node1@node1.cosched.test", JobId="300.0", **record),   # the slot's next job
+                  slot("slot2_1@node1@node1.cosched.test", JobId="30.01", **record),
+                  slot("slot2_2@node1@node1.cosched.test", JobId="30.0", **record),
+                  slot("slot2_1@node1@node1.cosched.test", JobId="30.0"),
+                  slot("slot2@node1@node1.cosched.test", **record)):                  # the partitionable slot
+        assert _policy("WANT_HOLD").eval(scope=other, target=job) is False
+        assert _policy("PREEMPT").eval(scope=other, target=job) is False
+        assert _policy("MAXJOBRETIREMENTTIME").eval(scope=other, target=job) == 0

@@ -1,7 +1,7 @@
 """The GPU mode's part of a cycle (``GpuView``), pure: which GPU jobs to pin to which GPUs.
 
 A GPU node is one partitionable slot (``SlotKind.GPU_NODE``) whose every GPU's memory and
-compute are custom resources HTCondor accounts (README "GPU sharing"). A GPU job asks for a
+compute are custom resources HTCondor accounts (docs/gpu-sharing.md). A GPU job asks for a
 share of one GPU (``request_GPUCompute`` < 1000, ``request_GPUMemory``) or whole GPUs
 (``request_GPUs``). Each cycle, for the GPU jobs only (the shared mechanics of
 ``mode_cycle.py`` with what this view says of GPUs):
@@ -29,7 +29,7 @@ import classad2
 import numpy as np
 
 from condor_sched.model import (
-    HOLDS_A_SLOT, PIN_CYCLE_ATTR, PIN_GPU_COMPUTE_ATTR, PIN_GPU_MEMORY_ATTR, PIN_GPUS_ATTR, PIN_SLOT_ATTR,
+    GPU_CONSTRAINT_ATTR, GPU_PROPERTIES, HOLDS_A_SLOT, PIN_CYCLE_ATTR, PIN_GPU_COMPUTE_ATTR, PIN_GPU_MEMORY_ATTR, PIN_GPUS_ATTR, PIN_SLOT_ATTR,
     PIN_TIME_ATTR, WHOLE_GPU, Gpu, Job, JobKey, Plan, Slot, SlotKind, Unplaced,
     partitionable_slot_of,
 )
@@ -79,14 +79,14 @@ class GpuSharingDecision:
 
 
 def _properties(gpu: Gpu) -> classad2.ClassAd:
-    """A GPU as ``require_gpus`` sees it (HTCondor's GPU property names)."""
-    return classad2.ClassAd({"DeviceName": gpu.model, "Capability": gpu.capability,
-                             "GlobalMemoryMb": gpu.memory_mb, "DeviceUuid": gpu.uuid})
+    """A GPU as ``require_gpus`` sees it (HTCondor's GPU property names, ``GPU_PROPERTIES``)."""
+    return classad2.ClassAd(dict(zip(GPU_PROPERTIES, (gpu.model, gpu.capability, gpu.memory_mb, gpu.uuid))))
 
 
 def accepted_models(require: str | None, gpus: Sequence[Gpu], cache: dict) -> frozenset[str] | None:
-    """The GPU models whose properties satisfy ``require`` (``require_gpus``); None: any. A
-    GPU of a model is taken as the model's first GPU (one model, one set of properties)."""
+    """The GPU models whose properties satisfy ``require`` (``require_gpus`` and / or
+    ``CoSchedRequireGPUs``); None: any. A GPU of a model is taken as the model's first GPU
+    (one model, one set of properties)."""
     if require is None:
         return None
     if require not in cache:
@@ -255,7 +255,8 @@ class GpuView:
         pins, unplaced, reasons = [], [], {}
         for job, task, where in zip(ordered, tasks, placements):
             if where is None:
-                reasons[job.key] = why = f"waiting: {_unplaced_reason(job, task, self.gpu_slots, usable)}"
+                why = f"waiting: {_unplaced_reason(job, task, self.gpu_slots, usable, live.fleet)}"
+                reasons[job.key] = why
                 unplaced.append(Unplaced(job.key, why))
                 continue
             slot = usable[where.node]
@@ -267,16 +268,33 @@ class GpuView:
         return ModePlan(tuple(pins), (plan,), reasons)
 
 
-def _unplaced_reason(job: Job, task: GpuTask, gpu_slots: Sequence[Slot], usable: Sequence[Slot]) -> str:
+def _unplaced_reason(job: Job, task: GpuTask, gpu_slots: Sequence[Slot], usable: Sequence[Slot],
+                     fleet: GpuFleet) -> str:
+    """Why a GPU job waits, naming the rule that blocks it: no GPU node, none usable, its model
+    constraint, the one-Owner-per-GPU rule of MPS, or no room (``fleet``: after this cycle's pins)."""
     if not gpu_slots:
         return "no GPU node slot in the pool (CoSchedGPUNode)"
     if not usable:
         return "no GPU node slot takes jobs now"
     if task.models is not None and not any(s.gpus[0].model in task.models for s in usable):
-        return "no GPU its require_gpus accepts is on a usable GPU node"
+        return (f"no usable GPU node has a GPU its model constraint accepts "
+                f"(require_gpus / {GPU_CONSTRAINT_ATTR}: {job.attributes.get(GPU.match_request_attr)})"[:300])
     want = ("a whole GPU" if job.gpu.count == 1 else f"{job.gpu.count} whole GPUs") if not job.gpu.shares else \
         f"{job.gpu.compute}/1000 of a GPU"  # type: ignore[union-attr]
+    if task.shares_gpu and _held_by_other_owners(fleet, task):
+        return (f"every GPU with {want} and {task.gpu_memory_mb or 0} MB free holds another Owner's jobs: MPS "
+                "shares a GPU among one Owner's jobs only (one MPS server per user), except on a node that runs "
+                "every job under one account (CoSchedGPUSingleAccount)")
     return f"no GPU node has {want} with its cores and memory free now"
+
+
+def _held_by_other_owners(fleet: GpuFleet, task: GpuTask) -> bool:
+    """A share that would fit some GPU's free compute and memory (and its node's cores, memory
+    and model) were it not for that GPU's other Owner."""
+    node_ok = ((fleet.cpu_free_milli >= task.cpu_milli) & (fleet.memory_free_mib >= task.memory_mib)
+               & fleet.model_mask(task))
+    room = (fleet.gpu_free_milli >= task.gpu_milli) & (fleet.gpu_memory_free_mb >= fleet.gpu_memory_needed(task))
+    return bool((room & node_ok[:, None]).any()) and not bool(fleet.node_fits(task).any())
 
 
 def gpu_pin_details(pin: GpuPin) -> dict[str, object]:

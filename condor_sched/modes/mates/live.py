@@ -14,7 +14,7 @@ the shared mechanics of ``mode_cycle.py``) decides only the malleable starts, ea
   increase (Eq. 5/6 worst case, ``sd.py``), written with SetDirty so its shadow picks it up;
   its old value is kept in ``CoSchedPinMateBaseDuration`` and its guest in ``CoSchedPinGuest``.
 
-Rules of the live mapping (ours; README "SD-Policy: the live mapping"):
+Rules of the live mapping (ours; docs/sd-policy.md):
 
 * A node is planned as the paper's node when its NODE slot runs one malleable whole-node job
   (a possible mate) or nothing; other jobs on it only make it busy until their requested
