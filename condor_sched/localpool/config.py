@@ -105,10 +105,6 @@ def node_config_path(node: str) -> PurePosixPath:
     return NODE_CONFIG_DIR / f"{node}.json"
 
 
-def starter_wrapper_path(node: str) -> PurePosixPath:
-    return WRAPPER_DIR / node / "condor_starter"
-
-
 @dataclass(frozen=True, slots=True)
 class HookFiles:
     """Which node_hooks programs exist at ``up`` time (a missing one is not wired)."""
@@ -203,8 +199,8 @@ def render_pool_config(nodes: list[Node], hooks: HookFiles, domain: str = DOMAIN
     if hooks.prepare_job:
         lines += [
             "",
-            "# Job hook: every starter runs with -local-name slot_type_N, so the per-node",
-            "# starter wrapper sets _CONDOR_COSCHED_HOOK_PREPARE_JOB_ARGS to its node's config.",
+            "# Job hook: every starter runs with -local-name slot_type_N, so each node's",
+            "# NODE<i>_ENVIRONMENT sets _CONDOR_COSCHED_HOOK_PREPARE_JOB_ARGS to its node's config.",
             "STARTER_DEFAULT_JOB_HOOK_KEYWORD = COSCHED",
             f"COSCHED_HOOK_PREPARE_JOB = {WRAPPER_DIR / 'prepare_job'}",
         ]
@@ -224,7 +220,7 @@ def render_node_daemons(node: Node, index: int, hooks: HookFiles, domain: str = 
         f"{p}STARTD_LOG = $(LOG)/StartLog.{node.name}",
         f"{p}STARTD_ADDRESS_FILE = {startd_address_file(node.name)}",
         f"{p}EXECUTE = {CONDOR_EXECUTE_DIR / node.name}",
-        f"{p}STARTER = {starter_wrapper_path(node.name)}",
+        f"{local_name(index)}_ENVIRONMENT = {starter_environment(node.name, hooks, bool(node.gpus))}",
     ]
     if hooks.startd_cron:
         lines.append(f"{p}STARTD_CRON_COSCHEDINFO_ARGS = -Es {HOOKS_DIR / STARTD_CRON_SCRIPT} --node-config {conf}")
@@ -245,21 +241,18 @@ def render_node_daemons(node: Node, index: int, hooks: HookFiles, domain: str = 
 GPU_NODE_STARTER_ENV = ("ENVIRONMENT_FOR_AssignedGPUs", "COSCHED_HTCONDOR_ASSIGNED_GPUS")
 
 
-def render_starter_wrapper(node: str, hooks: HookFiles, gpu_node: bool = False) -> str:
-    """The node's starter: its own log, its node's PREPARE_JOB hook arguments (the knob
-    ``COSCHED_HOOK_PREPARE_JOB_ARGS`` set through the starter's environment, as the starters
-    of all the pool's nodes share one local name), then condor_starter."""
-    lines = [
-        "#!/bin/sh",
-        f"# condor_starter of node {node} (written by condor-sched pool up)",
-        f"export _CONDOR_STARTER_LOG={CONDOR_LOG_DIR}/StarterLog.{node}",
-    ]
+def starter_environment(node: str, hooks: HookFiles, gpu_node: bool = False) -> str:
+    """``NODE<i>_ENVIRONMENT``: what the master puts in the node's startd's environment, which
+    its starters and their PREPARE_JOB hooks inherit (every starter of the host runs under the
+    local name slot_type_<n>, so no NODE<i>. knob reaches it): its own starter log, its node's
+    hook arguments and, on a GPU node, HTCondor's GPU variables out of the hook's way
+    (docs/admin.md, "Several startds on one host")."""
+    pairs = [f"_CONDOR_STARTER_LOG={CONDOR_LOG_DIR}/StarterLog.{node}"]
     if gpu_node:
-        lines.append(f"export _CONDOR_{GPU_NODE_STARTER_ENV[0]}={GPU_NODE_STARTER_ENV[1]}")
+        pairs.append(f"_CONDOR_{GPU_NODE_STARTER_ENV[0]}={GPU_NODE_STARTER_ENV[1]}")
     if hooks.prepare_job:
-        lines.append(f'export _CONDOR_COSCHED_HOOK_PREPARE_JOB_ARGS="--node-config {node_config_path(node)}"')
-    lines.append('exec /usr/sbin/condor_starter "$@"')
-    return "\n".join(lines) + "\n"
+        pairs.append(f"_CONDOR_COSCHED_HOOK_PREPARE_JOB_ARGS='--node-config {node_config_path(node)}'")
+    return '"' + " ".join(pairs) + '"'
 
 
 def render_prepare_job_wrapper() -> str:

@@ -163,8 +163,6 @@ def _install_config(settings: PoolSettings, inventory: Inventory, hooks: config.
     for i, node in enumerate(nodes, 1):
         _write(settings.in_root(config.node_config_path(node.name)),
                json.dumps(node_config(node, config.DOMAIN), indent=2) + "\n")
-        _write(settings.in_root(config.starter_wrapper_path(node.name)),
-               config.render_starter_wrapper(node.name, hooks, bool(node.gpus)), 0o755)
         execute = settings.in_root(config.CONDOR_EXECUTE_DIR / node.name)
         execute.mkdir(parents=True, exist_ok=True)
         os.chown(execute, int(condor), int(condor_gid))

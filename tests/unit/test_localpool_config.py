@@ -203,7 +203,7 @@ def test_missing_hooks_are_not_wired():
     assert "STARTD_CRON" not in text and "HOOK" not in text
     node = config.render_node_daemons(INVENTORY.node("node2"), 2, config.HookFiles(False, False, False))
     assert "COSCHED_AGENT" not in node and "STARTD_CRON" not in node
-    assert "_HOOK_" not in config.render_starter_wrapper("node2", config.HookFiles(False, False, False))
+    assert "_HOOK_" not in config.starter_environment("node2", config.HookFiles(False, False, False))
 
 
 def test_node_daemons_point_every_hook_at_the_node_config():
@@ -222,10 +222,11 @@ def test_node_daemons_point_every_hook_at_the_node_config():
                                             "--startd-address-file /var/log/condor/.startd_address.node2 "
                                             "--probe file --probe-dir /var/lib/condor_sched/probe/node2 "
                                             "--profile-dir /var/lib/condor_sched/profiles --interval 2")
-    wrapper = config.render_starter_wrapper("node2", config.HookFiles())
-    assert 'export _CONDOR_COSCHED_HOOK_PREPARE_JOB_ARGS="--node-config /etc/condor_sched/nodes/node2.json"' in wrapper
-    assert "export _CONDOR_STARTER_LOG=/var/log/condor/StarterLog.node2" in wrapper
-    assert wrapper.rstrip().endswith('exec /usr/sbin/condor_starter "$@"')
+    # Its starters (local name slot_type_<n>) inherit the startd's environment, set by the master.
+    assert lines["NODE2_ENVIRONMENT"] == ('"_CONDOR_STARTER_LOG=/var/log/condor/StarterLog.node2 '
+                                          "_CONDOR_COSCHED_HOOK_PREPARE_JOB_ARGS='--node-config "
+                                          "/etc/condor_sched/nodes/node2.json'\"")
+    assert "NODE2.STARTER" not in lines
 
 
 def test_hosts_file_puts_every_node_on_loopback():
@@ -335,9 +336,9 @@ def test_a_gpu_node_gets_its_fake_nvidia_smi_its_starters_gpu_variable_and_the_g
     wrapper = config.render_nvidia_smi_wrapper("node6")
     assert "fake_nvidia_smi.py --node-config /etc/condor_sched/nodes/node6.json" in wrapper
     assert "--apps-dir /var/lib/condor_sched/fake-gpu/node6" in wrapper
-    starter = config.render_starter_wrapper("node6", config.HookFiles(), gpu_node=True)
-    assert "export _CONDOR_ENVIRONMENT_FOR_AssignedGPUs=COSCHED_HTCONDOR_ASSIGNED_GPUS" in starter
-    assert "AssignedGPUs" not in config.render_starter_wrapper("node2", config.HookFiles())
+    starter = config.starter_environment("node6", config.HookFiles(), gpu_node=True)
+    assert " _CONDOR_ENVIRONMENT_FOR_AssignedGPUs=COSCHED_HTCONDOR_ASSIGNED_GPUS " in starter
+    assert "AssignedGPUs" not in config.starter_environment("node2", config.HookFiles())
 
 
 def test_a_node_of_its_own_gets_plain_knobs_and_what_the_startd_reads_unprefixed(tmp_path):
