@@ -260,13 +260,14 @@ class Agent(CpusetDuty):
     def tick(self) -> Dict[str, dict]:
         now = time.time()
         table = procs.process_table(self.proc_root)
-        self.reconcile(self.claims(), table, now)
+        claims = self.claims()
+        self.reconcile(claims, table, now)
         try:
             self.manage_cpusets(table)
         except Exception as exc:   # the memory watch below runs whatever happens here
             self.log(f"cpusets not managed this interval: {exc.__class__.__name__}: {exc}")
         used = self.watch_memory()
-        self.finish_stops(now)
+        self.finish_stops(now, claims)
         try:
             self.watch_gpus(table)
         except Exception as exc:   # one bad interval never stops the agent
@@ -310,17 +311,25 @@ class Agent(CpusetDuty):
         self.log(f"job {claim.job} stopped: {reason} (signalled pids {sorted(pids)}); the startd holds it, "
                  f"else it is killed in {self.hold_grace_s:g} s")
 
-    def finish_stops(self, now: float) -> None:
-        """Kill a stopped job the startd has not held within ``hold_grace_s`` (a node without
-        config.d/20's over-limit policy): SIGTERM, SIGCONT so it can act on it, then SIGKILL."""
+    def finish_stops(self, now: float, claims: Optional[List[Claim]]) -> None:
+        """End a stopped job once the startd let go of its claim (it is holding the job: its
+        starter's SIGTERM waits while the job is stopped), or once ``hold_grace_s`` passed
+        without a hold (a node without config.d/20's over-limit policy): SIGTERM, SIGCONT so
+        the job acts on it, then SIGKILL what remains."""
+        claimed = None if claims is None else {c.job for c in claims}
         for record in self.records.values():
-            if record.stopped_at and now - record.stopped_at >= self.hold_grace_s and not record.kill_sent:
-                pids = procs.signal_job(record.starter_pid, record.starter_start, signal.SIGTERM, self.proc_root)
-                procs.signal_job(record.starter_pid, record.starter_start, signal.SIGCONT, self.proc_root)
-                pids += procs.stop_job(record.starter_pid, record.starter_start, self.kill_grace_s, self.proc_root)
-                record.kill_sent = True
-                self.log(f"job {record.claim.job}: not held within {self.hold_grace_s:g} s of its stop (is "
-                         f"config.d/20-cosched-startd.conf installed?): killed (signalled pids {sorted(set(pids))})")
+            if not record.stopped_at or record.kill_sent:
+                continue
+            released = claimed is not None and record.claim.job not in claimed
+            if not released and now - record.stopped_at < self.hold_grace_s:
+                continue
+            pids = procs.signal_job(record.starter_pid, record.starter_start, signal.SIGTERM, self.proc_root)
+            procs.signal_job(record.starter_pid, record.starter_start, signal.SIGCONT, self.proc_root)
+            pids += procs.stop_job(record.starter_pid, record.starter_start, self.kill_grace_s, self.proc_root)
+            record.kill_sent = True
+            why = "its claim released (the startd holds it)" if released else (
+                f"not held within {self.hold_grace_s:g} s of its stop (is config.d/20-cosched-startd.conf installed?)")
+            self.log(f"job {record.claim.job}: {why}: ended (signalled pids {sorted(set(pids))})")
 
     def watch_gpus(self, table: Dict[int, procs.Proc]) -> None:
         """GPU nodes: keep the MPS control daemon running, and stop a job whose processes use

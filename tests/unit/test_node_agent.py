@@ -247,7 +247,23 @@ def test_a_device_job_over_its_claims_allocation_is_stopped_and_nothing_else_is_
     node.agent.hold_grace_s = 0
     node.agent.tick()
     assert over.exit_status_of_job() == "143"               # SIGTERM, then SIGCONT to act on it
-    assert "not held within 0 s of its stop" in node.log() and within.child_alive()
+    assert "not held within 0 s of its stop (is config.d/20-cosched-startd.conf installed?): ended" in node.log()
+    assert within.child_alive()
+
+
+@needs_root
+def test_a_stopped_job_whose_claim_the_startd_releases_is_ended_at_once(node: Node):
+    """The startd holds a stopped job by vacating its claim; the starter's SIGTERM would wait
+    while the job is stopped, so the agent resumes and ends it as soon as the claim is gone."""
+    over = node.claim("slot2_1", "30.0", 1024, 60)
+    node.ask(over, JOB_UID)
+    node.reading("mic0", "30.0", 1500)
+    node.agent.tick()
+    assert process_state(over.child) == "T"
+    node.view.ads[:] = [ad for ad in node.view.ads if ad.get("JobId") != "30.0"]     # the startd let go of it
+    node.agent.tick()
+    assert over.exit_status_of_job() == "143"
+    assert "job 30.0: its claim released (the startd holds it): ended" in node.log()
 
 
 def test_the_watch_signals_no_process_of_the_starters_own_user(node: Node):
