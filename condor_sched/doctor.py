@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 from condor_sched.daemon import DRY_RUN_PREFIX
+from condor_sched.lease import heard_and_lease, within_lease
 from condor_sched.doctor_checks import (NODE_ADS, SIDECAR_ADS, Finding, HostView, check_execute_knobs,
                                         check_node_agent, check_node_config, check_prepare_hook, check_schedd,
                                         check_sidecar_log, check_sidecar_program, failed, installed_node_version,
@@ -22,8 +23,6 @@ __all__ = ["ROLE_DAEMONS", "Finding", "HostView", "Report", "diagnose", "host_ro
 
 #: Each role and the DAEMON_LIST entry that gives a host that role.
 ROLE_DAEMONS = {"schedd": "SCHEDD", "execute": "STARTD", "sidecar": "COSCHED_SIDECAR"}
-#: ``lease.live_rivals``' lifetime for a sidecar ad without ClassAdLifetime (3 x 60 s + 30 s).
-DEFAULT_LEASE_S = 210
 #: What the live collector is asked for NODE_ADS.
 NODE_AD_CONSTRAINT = "CoSchedNodeConfigOK =!= undefined"
 NODE_AD_PROJECTION = ["Machine", "Name", "CoSchedNodeVersion"]
@@ -97,10 +96,7 @@ def _is_dry_run(ad: Mapping[str, Any]) -> bool:
 
 def _heard(ad: Mapping[str, Any], now: float) -> tuple[float, int]:
     """(seconds since the collector heard from the ad's sidecar, its lease in seconds)."""
-    lease_s = ad.get("ClassAdLifetime")
-    lease_s = lease_s if isinstance(lease_s, int) and not isinstance(lease_s, bool) and lease_s > 0 else DEFAULT_LEASE_S
-    heard = ad.get("LastHeardFrom")
-    return (now - heard if isinstance(heard, (int, float)) and not isinstance(heard, bool) else 0.0), lease_s
+    return heard_and_lease(ad, now)
 
 
 def _who(ad: Mapping[str, Any]) -> str:
@@ -119,7 +115,7 @@ def check_lease(view: HostView, ads: list[Mapping[str, Any]]) -> tuple[list[Mapp
     if not sidecars:
         return [], [failed(what, "missing: the collector has no CoSchedSidecar ad, so no sidecar runs and "
                            "co-scheduled jobs wait unpinned", fix)]
-    live = [ad for ad in sidecars if _heard(ad, now)[0] <= _heard(ad, now)[1]]
+    live = [ad for ad in sidecars if within_lease(ad, now)]
     if not live:
         newest = min(sidecars, key=lambda ad: _heard(ad, now)[0])
         age, lease_s = _heard(newest, now)

@@ -91,8 +91,28 @@ def sidecar_alive(pid: int) -> bool:
     return b"condor-sched" in cmdline or b"condor_sched" in cmdline
 
 
+#: The lease of an ad without ClassAdLifetime: 3 intervals of 60 s + 30 s.
+DEFAULT_LEASE_S = 210
+
+
+def heard_and_lease(ad: Mapping[str, Any], now: float, default_lease_s: int = DEFAULT_LEASE_S) -> tuple[float, int]:
+    """(seconds since the collector heard from the ad's sidecar, its lease in seconds). An ad
+    without ``LastHeardFrom`` counts as just heard (the collector drops it at its lifetime)."""
+    lease_s = ad.get("ClassAdLifetime")
+    lease_s = lease_s if isinstance(lease_s, int) and not isinstance(lease_s, bool) and lease_s > 0 \
+        else default_lease_s
+    heard = ad.get("LastHeardFrom")
+    return (now - heard if isinstance(heard, (int, float)) and not isinstance(heard, bool) else 0.0), lease_s
+
+
+def within_lease(ad: Mapping[str, Any], now: float) -> bool:
+    """Whether the ad's sidecar was heard from within its lease."""
+    heard_s_ago, lease_s = heard_and_lease(ad, now)
+    return heard_s_ago <= lease_s
+
+
 def live_rivals(ads: Iterable[Mapping[str, Any]], me: SidecarId, now: float,
-                alive: Callable[[int], bool] = sidecar_alive, default_lease_s: int = 210) -> list[Rival]:
+                alive: Callable[[int], bool] = sidecar_alive, default_lease_s: int = DEFAULT_LEASE_S) -> list[Rival]:
     """The sidecars other than ``me`` that hold a live lease, first started first.
 
     An ad is live while ``now - LastHeardFrom`` is within its ``ClassAdLifetime`` (an ad
@@ -104,10 +124,7 @@ def live_rivals(ads: Iterable[Mapping[str, Any]], me: SidecarId, now: float,
         other = SidecarId.of_ad(ad)
         if other is None or other == me or ad.get("CoSchedDryRun") is True:
             continue
-        lease_s = ad.get("ClassAdLifetime")
-        lease_s = lease_s if isinstance(lease_s, int) and lease_s > 0 else default_lease_s
-        heard = ad.get("LastHeardFrom")
-        heard_s_ago = now - heard if isinstance(heard, (int, float)) else 0.0
+        heard_s_ago, lease_s = heard_and_lease(ad, now, default_lease_s)
         if heard_s_ago > lease_s:
             continue
         if other.machine == me.machine and not alive(other.pid):
@@ -132,12 +149,7 @@ def lease_status(ads: Iterable[Mapping[str, Any]], now: float, interval_s: float
     """One line for ``explain --live``: which sidecar holds the lease and how old its last
     cycle is, or that none does (then no pin is made or kept fresh: what ``explain`` prints
     is what a cycle would decide, not what one did)."""
-    live = []
-    for ad in ads:
-        heard, lease_s = ad.get("LastHeardFrom"), ad.get("ClassAdLifetime")
-        lease_s = lease_s if isinstance(lease_s, int) and lease_s > 0 else 210
-        if ad.get("CoSchedDryRun") is not True and (not isinstance(heard, (int, float)) or now - heard <= lease_s):
-            live.append(ad)
+    live = [ad for ad in ads if ad.get("CoSchedDryRun") is not True and within_lease(ad, now)]
     if not live:
         return ("no sidecar holds the lease (no live CoSchedSidecar ad in the collector): no job is pinned or "
                 "kept pinned until one runs; below is what a cycle would decide now")

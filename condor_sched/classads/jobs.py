@@ -166,11 +166,11 @@ def _require_gpus(ad: classad2.ClassAd) -> str | None:
             raise AdError(GPU.match_request_attr, f"longer than {MAX_REQUIRE_GPUS_CHARS} characters")
         _cost_of([(GPU.match_request_attr, texts[-1])])
     if GPU_CONSTRAINT_ATTR in ad:
-        texts.append(gpu_constraint_problem_free(_string(ad, GPU_CONSTRAINT_ATTR, required=True) or ""))
+        texts.append(checked_gpu_constraint(_string(ad, GPU_CONSTRAINT_ATTR, required=True) or ""))
     return " && ".join(f"({t})" for t in texts) if len(texts) > 1 else (texts[0] if texts else None)
 
 
-def gpu_constraint_problem_free(text: str) -> str:
+def checked_gpu_constraint(text: str) -> str:
     """``text`` when it is a ClassAd expression naming only GPU properties (``GPU_PROPERTIES``),
     else AdError on ``CoSchedRequireGPUs`` saying what is wrong."""
     if len(text) > MAX_REQUIRE_GPUS_CHARS:

@@ -18,7 +18,6 @@ import math
 import os
 import socket
 import sys
-import tempfile
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -28,6 +27,7 @@ from cosched_node.config import (DEFAULT_NODE_CONFIG, PHI_KIND, NodeConfig, load
 from cosched_node.gpus import MAX_GPU_COMPUTE_OVERCOMMIT
 from cosched_node.hardware import Hardware
 from cosched_node.rules import DOMAIN_RE, MAX_BW_GBS, NODE_RE
+from cosched_node.state import replace_file
 
 PROGRAM = "cosched_describe_node"
 #: Where the node programs read the node config unless told otherwise.
@@ -378,32 +378,6 @@ def differences(config: NodeConfig, hw: Hardware, overrides: Overrides) -> List[
     return out
 
 
-def write_config(path: str, text: str) -> None:
-    """Replace ``path`` atomically with ``text``: root-owned, mode 0644."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fchown(handle.fileno(), 0, 0)
-            os.fchmod(handle.fileno(), 0o644)
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
-    directory_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(directory_fd)
-    finally:
-        os.close(directory_fd)
-
-
 def _arguments() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="cosched_describe_node.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--overrides", metavar="FILE", help="the admin's overrides: FILE.json, or FILE.ini / FILE.conf "
@@ -449,7 +423,7 @@ def main(argv: Optional[List[str]] = None, fqdn: Optional[str] = None) -> int:
         if args.output == "-":
             sys.stdout.write(text)
         else:
-            write_config(args.output, text)
+            replace_file(args.output, text)
             print(f"{PROGRAM}: wrote {args.output}", file=sys.stderr)
     except (ValueError, OSError) as exc:   # DescribeError, HardwareError, GpuError, ConfigError
         warn(str(exc))

@@ -35,12 +35,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from typing import Iterable
 
 from cosched_node import gpus as gpu_tools
@@ -48,6 +46,7 @@ from cosched_node.config import DEFAULT_NODE_CONFIG, parse_device_kind
 from cosched_node.config import parse_node_config as parse_full_config
 from cosched_node.errors import ConfigError
 from cosched_node.rules import NODE_RE
+from cosched_node.state import replace_file
 from cosched_node.gpus import WHOLE_GPU_COMPUTE
 
 DEVICE_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
@@ -389,21 +388,6 @@ def discover_gpus(node: dict, nvidia_smi: str | None, gpu_discovery: str | None,
     return node
 
 
-def write_atomically(path: str, text: str) -> None:
-    """Replace ``path`` by ``text`` (mode 0644) through a temporary file and a rename, so the
-    startd never reads half a file and a failed run leaves the old slots."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".cosched-slots.", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def run_micinfo(path: str) -> str | None:
     try:
         out = subprocess.run([path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -451,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.output == "-":
             sys.stdout.write(text)
         else:
-            write_atomically(args.output, text)
+            replace_file(args.output, text)   # the startd never reads half a file
     except (OSError, ValueError) as e:
         warn(str(e))
         return 2

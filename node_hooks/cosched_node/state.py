@@ -30,6 +30,7 @@ import os
 import shutil
 import stat
 import sys
+import tempfile
 from typing import Any, Optional, Tuple
 
 from cosched_node.errors import StateError
@@ -145,6 +146,35 @@ def write_json_atomic(directory: str, name: str, obj: Any, mode: int = 0o644) ->
         except OSError:
             pass
         raise
+
+
+def replace_file(path: str, text: str, mode: int = 0o644) -> None:
+    """Replace ``path`` by ``text`` through a temporary file in its directory (created if
+    missing), fsync and a rename, so no reader ever sees half a file and a failed write
+    leaves the old one; root-owned when run as root (the node config, the slot layout)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            if os.geteuid() == 0:
+                os.fchown(handle.fileno(), 0, 0)
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+    directory_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(directory_fd)
+    finally:
+        os.close(directory_fd)
 
 
 def log_line(path: Optional[str], program: str, message: str) -> None:
