@@ -324,13 +324,15 @@ def run(once: bool, dry_run: bool, policy: str | None, gpu_policy_name: str | No
 
 UNINSTALL_STEPS = """\
 To switch condor_sched off for good, in this order:
-  1. sidecar host: condor_off -daemon COSCHED_SIDECAR; remove 50-cosched-sidecar.conf
-     from its config.d; condor_reconfig.
-  2. every schedd host: remove 10-cosched-schedd.conf; condor_reconfig (new jobs keep
-     their Requirements); then run `condor-sched release` once more for jobs submitted
-     in between.
-  3. every execute node: remove 20-cosched-startd.conf and the node hook settings;
-     condor_reconfig (device slots then take any job, unpinned)."""
+  1. sidecar host: condor_off -daemon COSCHED_SIDECAR; remove 50-cosched-sidecar.conf and
+     51-cosched-sidecar-site.conf from its config.d; condor_reconfig.
+  2. every schedd host: remove 10-cosched-schedd.conf and 11-cosched-queue-super-user.conf;
+     condor_reconfig (new jobs keep their Requirements); then run `condor-sched release`
+     once more for jobs submitted in between.
+  3. every execute node: remove 20-cosched-startd.conf, 30-cosched-execute.conf and
+     31-cosched-slots.conf; condor_restart (the node gets its own slot layout back).
+  4. central manager: remove 49-cosched-central-manager.conf; condor_reconfig.
+(docs/admin.md, "Turning it off")"""
 
 
 @main.command()

@@ -66,8 +66,10 @@ class Report:
 
 
 def host_roles(view: HostView) -> list[str]:
-    """The roles DAEMON_LIST gives this host, in :data:`ROLE_DAEMONS` order."""
-    return [role for role, daemon in ROLE_DAEMONS.items() if view.has_word("DAEMON_LIST", daemon)]
+    """The roles DAEMON_LIST gives this host, in :data:`ROLE_DAEMONS` order (the startd of a local
+    name is an execute role)."""
+    return [role for role, daemon in ROLE_DAEMONS.items() if view.has_word("DAEMON_LIST", daemon)
+            or (role == "execute" and view.local_name and view.has_word("DAEMON_LIST", view.local_name))]
 
 
 def check_sidecar_host(view: HostView) -> list[Finding]:

@@ -14,7 +14,7 @@ import re
 import stat
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from cosched_node import describe, hardware
 from cosched_node import state as node_state
@@ -146,9 +146,18 @@ class HostView:
     version: str = __version__
     #: A shipped config.d snippet's text by name.
     snippet: Callable[[str], str] = config_snippet
+    #: One startd among several on the host (its local name): its ``L.``-prefixed knobs first.
+    local_name: str | None = None
 
     def knob(self, name: str) -> str | None:
-        """A knob's value as text, None when unset or empty."""
+        """A knob's value as text (the local name's ``L.NAME`` first), None when unset or empty."""
+        if self.local_name:
+            own = self._knob(f"{self.local_name}.{name}")
+            if own is not None:
+                return own
+        return self._knob(name)
+
+    def _knob(self, name: str) -> str | None:
         try:
             value = self.param.get(name)
         except Exception:   # htcondor2.param raises for a value it cannot convert
@@ -174,6 +183,8 @@ class HostView:
         startd_name = self.knob("STARTD_NAME") or ""
         if "@" in startd_name:
             names.add(startd_name.rpartition("@")[2].partition(".")[0].lower())
+        if self.local_name:   # one startd of several: a node of its own name and host name
+            names |= {n.partition(".")[0].lower() for n in (startd_name, self.knob("NETWORK_HOSTNAME") or "") if n}
         return names
 
     @property
@@ -181,6 +192,8 @@ class HostView:
         """``--node-config`` of COSCHED_HOOK_PREPARE_JOB_ARGS, unless overridden; else the default."""
         if self.node_config_override:
             return self.node_config_override
+        if self.local_name and self.knob("COSCHED_NODE_CONFIG"):
+            return str(self.knob("COSCHED_NODE_CONFIG"))   # discover_devices --local-name writes L.COSCHED_NODE_CONFIG
         found = re.search(r"--node-config(?:\s+|=)(\S+)", self.knob("COSCHED_HOOK_PREPARE_JOB_ARGS") or "")
         return found[1] if found else DEFAULT_NODE_CONFIG
 
@@ -402,7 +415,7 @@ def check_execute_knobs(view: HostView) -> list[Finding]:
     shipped = dict(assignments)
     appended: dict[str, list[str]] = {}
     for name, value in assignments:
-        appended.setdefault(name, []).extend(appended_words(name, value) or ())
+        appended.setdefault(name, []).extend(_expanded_words(view, appended_words(name, value) or ()))
     fix = install_fix(EXECUTE_SNIPPET, "this execute node")
     for knob in EXECUTE_KNOBS:
         what, value = f"execute {knob}", view.knob(knob)
@@ -417,6 +430,16 @@ def check_execute_knobs(view: HostView) -> list[Finding]:
         else:
             findings.append(passed(what, f"= {value}"))
     return findings
+
+
+def _expanded_words(view: HostView, words: Iterable[str]) -> list[str]:
+    """``words`` with each ``$(NAME:default)`` replaced by this host's NAME (else the default):
+    30's DAEMON_LIST names ``$(COSCHED_NODE_AGENTS:COSCHED_NODE_AGENT)``, one agent per startd."""
+    out: list[str] = []
+    for word in words:
+        macro = _MACRO.fullmatch(word)
+        out.extend((view.words(macro["name"]) or (macro["default"] or "").split()) if macro else [word])
+    return out
 
 
 def _hardware_role(config: NodeConfig) -> str:
@@ -435,6 +458,9 @@ def check_node_config(view: HostView) -> tuple[NodeConfig | None, list[Finding]]
     rewrite = (f"write it here, as root: {describe_node} --output {path} (docs/node-config.md), then "
                f"python3 {view.node_hooks}/discover_devices.py --output /etc/condor/config.d/31-cosched-slots.conf "
                "and condor_restart -startd")
+    if view.local_name:
+        rewrite = (f"write it here, as root: {describe_node} --overrides <its overrides> --output {path}, then the "
+                   "slots of every startd of the host: the block of docs/admin.md, 'Several startds on one host'")
     what = f"node config {path}"
     if not os.path.lexists(path):
         return None, [failed(what, "missing: the hook, the startd cron and the node agent refuse to run", rewrite)]
@@ -519,7 +545,8 @@ def check_node_agent(view: HostView, config: NodeConfig) -> list[Finding]:
     except ValueError as e:
         return [failed("node agent state dir", str(e), "fix state_dir in the node config")]
     beat_path = os.path.join(state_dir, node_state.HEARTBEAT_NAME)
-    fix = (f"condor_on -daemon COSCHED_NODE_AGENT (DAEMON_LIST must name it), then read {state_dir}/agent.log "
+    agent = f"COSCHED_NODE_AGENT_{view.local_name}" if view.local_name else "COSCHED_NODE_AGENT"
+    fix = (f"condor_on -daemon {agent} (DAEMON_LIST must name it), then read {state_dir}/agent.log "
            "and the MasterLog for why it stopped")
     beat = node_state.read_json(state_dir, node_state.HEARTBEAT_NAME)
     beat_time = beat.get("time") if isinstance(beat, dict) else None

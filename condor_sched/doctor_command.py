@@ -11,7 +11,7 @@ from condor_sched.doctor import NODE_AD_CONSTRAINT, NODE_AD_PROJECTION, ROLE_DAE
 from condor_sched.doctor_checks import NODE_ADS, SIDECAR_ADS, HostView
 
 
-def live_view(node_config: str | None) -> HostView:
+def live_view(node_config: str | None, local_name: str | None = None) -> HostView:
     """This host as its HTCondor configuration (CONDOR_CONFIG, re-read now) and collector show it."""
     import classad2
     import htcondor2
@@ -31,7 +31,8 @@ def live_view(node_config: str | None) -> HostView:
         return [dict(ad) for ad in ads]
 
     host = str(param.get("FULL_HOSTNAME") or "").strip() or socket.getfqdn()
-    return HostView(param=param, query_ads=query_ads, host=host, node_config_override=node_config)
+    return HostView(param=param, query_ads=query_ads, host=host, node_config_override=node_config,
+                    local_name=local_name)
 
 
 @click.command()
@@ -41,8 +42,12 @@ def live_view(node_config: str | None) -> HostView:
 @click.option("--node-config", type=click.Path(dir_okay=False), default=None,
               help="The node config to check (default: --node-config of COSCHED_HOOK_PREPARE_JOB_ARGS, "
                    "else /etc/condor_sched/node.json).")
+@click.option("--local-name", default=None, metavar="NAME",
+              help="A host of several startds: check the startd of this local name (e.g. NODE1), its "
+                   "NAME.-prefixed knobs first.")
 @click.pass_context
-def doctor(ctx: click.Context, as_json: bool, roles: tuple[str, ...], node_config: str | None) -> None:
+def doctor(ctx: click.Context, as_json: bool, roles: tuple[str, ...], node_config: str | None,
+           local_name: str | None) -> None:
     """Check what this host's condor_sched roles need; print each problem with its fix.
 
     Roles come from DAEMON_LIST: SCHEDD (the schedd snippet's transforms and offer knobs),
@@ -52,7 +57,7 @@ def doctor(ctx: click.Context, as_json: bool, roles: tuple[str, ...], node_confi
     as root (it reads root-only state). Exit 0: all is well; 1: problems found; 2: bad usage.
     """
     try:
-        view = live_view(node_config)
+        view = live_view(node_config, local_name)
     except Exception as e:   # htcondor2 cannot read the configuration
         raise click.ClickException(f"cannot read this host's HTCondor configuration: {e} "
                                    "(fix: set CONDOR_CONFIG, or run doctor on a host of the pool)") from None

@@ -21,6 +21,7 @@ import classad2
 
 from condor_sched.model import (
     PIN_CLAUSE,
+    GPU_PIN_CLAUSE,
     PIN_CYCLE_ATTR,
     PIN_EXCLUSIVE_ATTR,
     PIN_GPU_COMPUTE_ATTR,
@@ -100,10 +101,12 @@ def unpin_change(job: JobKey) -> JobChange:
     return JobChange(job, tuple((attr, UNDEFINED) for attr in PIN_ATTRS if attr not in UNPIN_KEEPS))
 
 
-def enroll_change(job: JobKey, requirements: str | None) -> JobChange:
-    """Save the original Requirements first, then add the pin clause (unmatchable until pinned)."""
+def enroll_change(job: JobKey, requirements: str | None, gpu: bool = False) -> JobChange:
+    """Save the original Requirements first, then add the pin clause (unmatchable until pinned;
+    a GPU job's clause, as config.d/10 adds it, also lets whole GPUs match native GPU nodes)."""
     original = requirements or "true"
-    return JobChange(job, ((PIN_ORIGINAL_ATTR, original), ("Requirements", f"({original}) && {PIN_CLAUSE}")))
+    clause = GPU_PIN_CLAUSE if gpu else PIN_CLAUSE
+    return JobChange(job, ((PIN_ORIGINAL_ATTR, original), ("Requirements", f"({original}) && {clause}")))
 
 
 def release_change(job: JobKey, original: str | None) -> JobChange:

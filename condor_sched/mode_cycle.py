@@ -96,7 +96,7 @@ def decide_mode(pins: KeptPins, planner: object) -> ModeDecision:
         for job in waiting:
             why = view.never_fits(job)
             (holds.append(Hold(job.key, why)) if why is not None else to_plan.append(job))
-    enrolls = [Enroll(j.key, j.attributes.get("Requirements"))
+    enrolls = [Enroll(j.key, j.attributes.get("Requirements"), j.gpu is not None)
                for j in compress(to_plan, map(not_, map(_has_pin_clause, to_plan)))] \
         if mode.enrolls and jobs.may_lack_pin_clause else []
     planned = view.plan(planner, to_plan, refused)

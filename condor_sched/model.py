@@ -79,6 +79,13 @@ WHOLE_GPU = 1000
 MAX_GPU_COMPUTE_OVERCOMMIT = 4.0
 #: The clause that makes a co-scheduled job match only the slot its pin names.
 PIN_CLAUSE = f"(TARGET.Name =?= MY.{PIN_SLOT_ATTR})"
+#: A GPU job's clause (config.d/10's CoSchedGPU transform): the pin, or, for an unpinned job
+#: of whole GPUs without a model constraint of ours, any slot that is not a condor_sched GPU
+#: node: a GPU node left under HTCondor's own GPU allocation runs whole-GPU jobs as before.
+#: A share (GPU memory or compute asked) matches only its pin.
+GPU_PIN_CLAUSE = (f"(TARGET.Name =?= MY.{PIN_SLOT_ATTR} || (MY.{PIN_SLOT_ATTR} =?= undefined"
+                  f" && (MY.RequestGPUMemory ?: 0) <= 0 && (MY.RequestGPUCompute ?: 0) <= 0"
+                  f" && MY.{GPU_CONSTRAINT_ATTR} =?= undefined && TARGET.CoSchedGPUNode =!= true))")
 
 
 def partitionable_slot_of(slot_name: str) -> str:

@@ -98,7 +98,7 @@ def apply_cycle(decision: CycleDecision, editor: Editor,
             outcome.failed.append(f"hold {h.job}: {e}")
             log.warning("could not hold job %s: %s", h.job, e)
     enrolls = [e for p in parts for e in p.enrolls]
-    enrolled = set(run("enroll", [enroll_change(e.job, e.requirements) for e in enrolls]))
+    enrolled = set(run("enroll", [enroll_change(e.job, e.requirements, e.gpu) for e in enrolls]))
     outcome.enrolled = len(enrolled)
     not_enrolled = {e.job for e in enrolls} - enrolled  # failed or left: never pinned
     # What a pin needs is written first (a mate's longer limit: a guest never runs beside a

@@ -34,6 +34,7 @@ from condor_sched.device_kinds import GPU, DeviceKind, device_kinds
 from condor_sched.model import (
     MALLEABLE_ATTR,
     PIN_CLAUSE,
+    GPU_PIN_CLAUSE,
     PIN_CYCLE_ATTR,
     GPU_CONSTRAINT_ATTR,
     GPU_PROPERTIES,
@@ -229,7 +230,7 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
         submitted_at_s=_number(ad, "QDate", required=False),
         pinned_slot=_string(ad, PIN_SLOT_ATTR),
         pinned_cycle=_number(ad, PIN_CYCLE_ATTR, required=False, default=None) if PIN_CYCLE_ATTR in ad else None,
-        has_pin_clause=requirements is not None and has_pin_clause(requirements),
+        has_pin_clause=requirements is not None and has_pin_clause(requirements, gpu is not None),
         program=program,
         spread="CoSchedProgram" in ad,
         device_kind=kind.name if kind else None,
@@ -351,12 +352,16 @@ def _start_refused(ad: classad2.ClassAd, status: JobStatus) -> str | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def has_pin_clause(requirements: str) -> bool:
-    """True when ``requirements`` is a conjunction one of whose operands is the pin clause,
-    so the job cannot match before it is pinned (a clause merely mentioned, e.g. under an
-    ``||``, does not count)."""
+def has_pin_clause(requirements: str, gpu: bool = False) -> bool:
+    """True when ``requirements`` is a conjunction one of whose operands is the pin clause (or,
+    for a GPU job, the GPU pin clause), so the job cannot match before it is pinned, but for a
+    whole-GPU job on a node under HTCondor's own GPU allocation (a clause merely mentioned,
+    e.g. under an ``||``, does not count)."""
     conjuncts = _top_level_conjuncts(_strip_parentheses(requirements.strip()))
-    return conjuncts is not None and _canonical(PIN_CLAUSE) in {_canonical(c) for c in conjuncts}
+    if conjuncts is None:
+        return False
+    canonical = {_canonical(c) for c in conjuncts}
+    return _canonical(PIN_CLAUSE) in canonical or (gpu and _canonical(GPU_PIN_CLAUSE) in canonical)
 
 
 def _canonical(expr: str) -> str:

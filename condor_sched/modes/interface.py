@@ -28,6 +28,8 @@ class Unpin:
 class Enroll:
     job: JobKey
     requirements: str | None
+    #: A GPU job's enrolment adds the GPU pin clause (whole GPUs may match native GPU nodes).
+    gpu: bool = False
 
 
 @dataclass(frozen=True, slots=True)

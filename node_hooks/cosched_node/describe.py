@@ -258,6 +258,9 @@ def _warn_unused(overrides: Overrides, role: str, hw: Hardware, warn: Warn) -> N
         unused += ["device_host_cores", "device_host_memory_mb"]
     if unused:
         warn(f"ignored on a {role} node: {', '.join(unused)}")
+    if role == "gpu" and len({g.model for g in hw.gpus}) > 1:
+        warn("GPUs of several models (" + ", ".join(sorted({g.model for g in hw.gpus})) + "): the sidecar plans "
+             "one model per node and pins no job here")
     if hw.gpus and role != "gpu":
         warn(f"{len(hw.gpus)} GPU(s) found but the role is {role}: they are not offered")
     if hw.phis and role in ("gpu", "socket"):

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -42,7 +43,7 @@ import sys
 from typing import Iterable
 
 from cosched_node import gpus as gpu_tools
-from cosched_node.config import DEFAULT_NODE_CONFIG, parse_device_kind
+from cosched_node.config import DEFAULT_NODE_CONFIG, parse_device_kind, plain_absolute_path
 from cosched_node.config import parse_node_config as parse_full_config
 from cosched_node.errors import ConfigError
 from cosched_node.rules import NODE_RE
@@ -291,15 +292,18 @@ def _total(what: str, amounts: Iterable[int]) -> int:
     return total
 
 
-def render_slots(node: dict, local_name: str = "") -> str:
+def render_slots(node: dict, local_name: str = "", node_config_path: str = DEFAULT_NODE_CONFIG) -> str:
     """The config lines of one startd for a validated node: the node's only startd (no local
     name: plain knobs, and what the startd reads only unprefixed), or the startd of local name
-    ``local_name`` among several on one host (every knob ``<LOCAL_NAME>.``-prefixed; the
-    unprefixed ones are then the host's config's to set once for all)."""
+    ``local_name`` among several on one host (its knobs ``<LOCAL_NAME>.``-prefixed, then its
+    node config, hook arguments and node agent, and the unprefixed declarations every startd
+    of the host needs: :func:`_startd_knobs`; several startds' outputs concatenate)."""
     if local_name and not LOCAL_NAME.match(local_name):
         raise BadInput(f"bad local name {local_name!r}")
     text = render_gpu_node(node, local_name) if node.get("gpus") else _render_cpu_node(node, local_name)
-    return text + ("" if local_name else _host_knobs(node, text))
+    if local_name:
+        return text + _startd_knobs(node, text, local_name, node_config_path)
+    return text + _host_knobs(node, text)
 
 
 #: HTCondor's default MAX_SLOT_TYPES: a node with more slot types must raise it.
@@ -316,6 +320,39 @@ def _host_knobs(node: dict, text: str) -> str:
     lines = [f"MAX_SLOT_TYPES = {types}"] if types > DEFAULT_MAX_SLOT_TYPES else []
     if node.get("gpus"):
         lines.append(GPU_STARTER_ENVIRONMENT)
+    return "".join(line + "\n" for line in lines)
+
+
+def _startd_knobs(node: dict, text: str, local_name: str, node_config_path: str) -> str:
+    """One startd among several on a host (docs/admin.md, "Several startds on one host"): its
+    node config for the startd cron (``L.COSCHED_NODE_CONFIG``), its address file, the hook's
+    node config and (GPU node) the starter's GPU variables through ``L_ENVIRONMENT`` (its
+    starters run as ``slot_type_<n>``, never as ``L``), its own node agent in
+    ``COSCHED_NODE_AGENTS``, and what the startd reads only unprefixed: every custom resource
+    it uses declared at 0 (its prefixed line sets the amount), its slot types partitionable."""
+    if not plain_absolute_path(node_config_path):
+        raise BadInput(f"--node-config {node_config_path!r}: a startd's config needs an absolute plain path here")
+    name, agent = node["node"], f"COSCHED_NODE_AGENT_{local_name}"
+    address = f"$(LOG)/.startd_address.{name}"
+    environment = [f"_CONDOR_COSCHED_HOOK_PREPARE_JOB_ARGS='--node-config {node_config_path}'"]
+    if node.get("gpus"):
+        environment.append("_CONDOR_" + GPU_STARTER_ENVIRONMENT.replace(" = ", "="))
+    prefix = re.escape(local_name) + r"\."
+    resources = sorted(set(re.findall(rf"^{prefix}MACHINE_RESOURCE_(\w+) = ", text, re.MULTILINE)))
+    types = sorted({int(t) for t in re.findall(rf"^{prefix}SLOT_TYPE_(\d+) = ", text, re.MULTILINE)})
+    lines = [f"# startd {local_name} (node {name}): its node config, hook arguments and node agent",
+             f"{local_name}.COSCHED_NODE_CONFIG = {node_config_path}",
+             f"{local_name}.STARTD_ADDRESS_FILE = {address}",
+             f'{local_name}_ENVIRONMENT = "{" ".join(environment)}"',
+             f"{agent} = $(COSCHED_PYTHON)",
+             f"{agent}_ARGS = -Es $(COSCHED_NODE_HOOKS)/cosched_node_agent.py --node-config {node_config_path} "
+             f"--startd-address-file {address}",
+             f"COSCHED_NODE_AGENTS = $(COSCHED_NODE_AGENTS) {agent}",
+             "# read only unprefixed, for every startd of the host",
+             *[f"MACHINE_RESOURCE_{r} = 0" for r in resources],
+             *[f"SLOT_TYPE_{t}_PARTITIONABLE = True" for t in types]]
+    if len(types) > DEFAULT_MAX_SLOT_TYPES:
+        lines.append(f"MAX_SLOT_TYPES = {len(types)}")
     return "".join(line + "\n" for line in lines)
 
 
@@ -431,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
             node = merge_micinfo(node, parse_micinfo(text), warn)
         if node.get("gpus"):
             node = discover_gpus(node, args.nvidia_smi, args.gpu_discovery, warn)
-        text = render_slots(node, args.local_name)
+        text = render_slots(node, args.local_name, os.path.abspath(args.node_config))
         if args.output == "-":
             sys.stdout.write(text)
         else:

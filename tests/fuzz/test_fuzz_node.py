@@ -361,7 +361,9 @@ def micinfo_outputs(draw) -> str:
     return "\n".join(lines + draw(st.lists(ODD_TEXT, max_size=3))) + "\n"
 
 
-CONFIG_LINE = re.compile(r'^NODE1\.[A-Za-z0-9_]+ = [^"\\]*("[^"\\\n]*"[^"\\]*)*$')
+#: The startd's own knobs (NODE1. / NODE1_), its agent's, and the host-wide declarations.
+CONFIG_LINE = re.compile(r'^(NODE1[._][A-Za-z0-9_.]+|COSCHED_NODE_AGENTS?(_NODE1(_ARGS)?)?|MACHINE_RESOURCE_[A-Za-z0-9]+|'
+                         r'SLOT_TYPE_\d+_PARTITIONABLE|MAX_SLOT_TYPES) = [^"\\]*("[^"\\\n]*"[^"\\]*)*$')
 
 
 @fuzz_settings()

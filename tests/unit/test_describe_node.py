@@ -143,6 +143,13 @@ def test_a_gpu_node_from_saved_nvidia_smi_output(tmp_path: Path, root: Path):
     assert config.parse_node_config(result).gpu_compute == 2000
 
 
+def test_a_gpu_node_of_several_models_is_written_with_a_warning_that_no_job_is_pinned_there(
+        tmp_path: Path, root: Path, capsys):
+    (tmp_path / "query.txt").write_text(f"0, {U0}, Tesla T4, 15360 MiB, 7.5\n1, {U1}, NVIDIA H100, 81559 MiB, 9.0\n")
+    assert run(tmp_path, "--output", "-", "--nvidia-smi", str(tmp_path / "query.txt")) == 0
+    assert "GPUs of several models (NVIDIA H100, Tesla T4)" in capsys.readouterr().err
+
+
 def test_nvidia_smi_is_run_with_the_query_and_a_named_one_that_fails_is_an_error(tmp_path: Path, root: Path,
                                                                                  capsys):
     smi = tmp_path / "nvidia-smi"

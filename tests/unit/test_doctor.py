@@ -482,3 +482,25 @@ def test_the_command_reads_the_live_configuration(condor_config: Path):
     assert result.exit_code == 1 and data["roles"] == ["schedd"] and data["problems"] == 1
     assert CliRunner().invoke(group, ["doctor", "--role", "cm"]).exit_code == 2
 
+
+
+def test_one_startd_of_several_is_checked_by_its_local_name(host: HostView, tmp_path: Path):
+    """A host of several startds (docs/admin.md): --local-name reads the startd's NODE1. knobs,
+    its node config (NODE1.COSCHED_NODE_CONFIG, named after its startd) and its own agent."""
+    config = json.loads(Path(host.node_config_path).read_text())
+    own = tmp_path / "etc" / "node1.json"
+    own.write_text(json.dumps({**config, "node": "node1"}))
+    own.chmod(0o644)
+    several = with_knobs(host, DAEMON_LIST="MASTER, SCHEDD, COSCHED_SIDECAR, NODE1, COSCHED_NODE_AGENT_NODE1",
+                         COSCHED_HOOK_PREPARE_JOB_ARGS="--node-config /etc/condor_sched/node.json",
+                         COSCHED_NODE_AGENTS="COSCHED_NODE_AGENT_NODE1", **{
+                             "NODE1.STARTD_NAME": "node1", "NODE1.NETWORK_HOSTNAME": "node1.example.org",
+                             "NODE1.COSCHED_NODE_CONFIG": str(own)})
+    assert doctor.host_roles(several) == ["schedd", "sidecar"]       # no STARTD: not an execute host by itself
+    startd = replace(several, local_name="NODE1")
+    report = doctor.diagnose(startd)
+    assert report.roles == ("schedd", "execute", "sidecar") and report.ok, report.text()
+    assert f"node config {own}" in [f.what for f in report.findings]
+    own.write_text(json.dumps({**config, "node": "node2"}))
+    problem = only_problem(startd)
+    assert "is for node 'node2'" in problem.why and "Several startds on one host" in problem.fix

@@ -21,6 +21,8 @@ from test_node_harness import (HOOKS, JOB_UID, SYSTEM_PYTHON, FakeView, Starter,
                                slot_ad, wait_for, write_config)
 
 from condor_sched.inventory import InventoryError, node_config, node_slots, parse_inventory
+from condor_sched.classads.jobs import has_pin_clause
+from condor_sched.model import GPU_PIN_CLAUSE
 
 U0 = "GPU-5f1c0d1e-7a2b-4c3d-8e9f-0a1b2c3d4e50"
 U1 = "GPU-5f1c0d1e-7a2b-4c3d-8e9f-0a1b2c3d4e51"
@@ -283,6 +285,31 @@ def test_discover_takes_gpu_memory_from_nvidia_smi_and_warns_of_gpus_the_invento
     assert lines["NODE6.MACHINE_RESOURCE_CoSchedGPU1Memory"] == "15360"       # not reported: the config's
     assert f"GPU 1 ({U1}) of gnode not reported by nvidia-smi" in out.stderr
     assert f"nvidia-smi reports GPU {MIG}, which the inventory of gnode does not list" in out.stderr
+
+
+def test_a_startd_among_several_gets_its_node_config_hook_arguments_agent_and_unprefixed_declarations(
+        tmp_path: Path):
+    (tmp_path / "smi.txt").write_text(QUERY_GPU)
+    out = _discover(tmp_path, "--nvidia-smi", str(tmp_path / "smi.txt"))
+    assert out.returncode == 0, out.stderr
+    lines, config_path = _lines(out.stdout), str(tmp_path / "node.json")
+    assert lines["NODE6.COSCHED_NODE_CONFIG"] == config_path                  # the startd cron's
+    assert lines["NODE6_ENVIRONMENT"] == (f"\"_CONDOR_COSCHED_HOOK_PREPARE_JOB_ARGS='--node-config {config_path}' "
+                                          "_CONDOR_ENVIRONMENT_FOR_AssignedGPUs=COSCHED_HTCONDOR_ASSIGNED_GPUS\"")
+    assert lines["NODE6.STARTD_ADDRESS_FILE"] == "$(LOG)/.startd_address.gnode"
+    assert lines["COSCHED_NODE_AGENT_NODE6_ARGS"] == (
+        f"-Es $(COSCHED_NODE_HOOKS)/cosched_node_agent.py --node-config {config_path} "
+        "--startd-address-file $(LOG)/.startd_address.gnode")
+    assert lines["COSCHED_NODE_AGENTS"] == "$(COSCHED_NODE_AGENTS) COSCHED_NODE_AGENT_NODE6"
+    assert lines["MACHINE_RESOURCE_CoSchedGPU1Compute"] == "0" and lines["MACHINE_RESOURCE_GPUs"] == "0"
+    assert lines["SLOT_TYPE_1_PARTITIONABLE"] == "True" and "MAX_SLOT_TYPES" not in lines
+    odd = tmp_path / "a dir"
+    odd.mkdir()
+    (odd / "node.json").write_text(json.dumps(GNODE))
+    out = subprocess.run([SYSTEM_PYTHON, "-Es", str(HOOKS / "discover_devices.py"), "--node-config",
+                          str(odd / "node.json"), "--local-name", "NODE6", "--nvidia-smi", str(tmp_path / "smi.txt")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == "" and "absolute plain path" in out.stderr
 
 
 def test_discover_without_nvidia_smi_uses_saved_gpu_discovery_output_or_the_config(tmp_path: Path):
@@ -554,7 +581,26 @@ def test_the_transform_makes_a_claim_take_exactly_the_pinned_gpus_shares():
                 f'ifThenElse(StringListMember("{k}", CoSchedPinGPUs ?: ""), CoSchedPinGPU{what}, 0)'
     for attr in ("CoSchedPinSlot", "CoSchedPinGPUs", "CoSchedPinGPUMemory", "CoSchedPinGPUCompute"):
         assert sets[attr] == "undefined"
-    assert sets["Requirements"] == "($(MY.Requirements)) && (TARGET.Name =?= MY.CoSchedPinSlot)"
+    assert sets["Requirements"] == f"($(MY.Requirements)) && {GPU_PIN_CLAUSE}"   # as the sidecar enrolls
+
+
+@pytest.mark.parametrize("job, slot, matches", [
+    ("RequestGPUs = 1", 'Name = "slot1@native"', True),                        # native GPU node: as before
+    ("RequestGPUs = 1", 'Name = "slot1@gnode"; CoSchedGPUNode = true', False),  # ours: only pinned
+    ('RequestGPUs = 1; CoSchedPinSlot = "slot1@gnode"', 'Name = "slot1@gnode"; CoSchedGPUNode = true', True),
+    ('RequestGPUs = 1; CoSchedPinSlot = "slot1@gnode"', 'Name = "slot1@native"', False),  # pinned elsewhere
+    ('RequestGPUs = 1; CoSchedRequireGPUs = "Capability >= 9.0"', 'Name = "slot1@native"', False),
+    ("RequestGPUMemory = 4000; RequestGPUCompute = 250", 'Name = "slot1@native"', False),  # a share: pin only
+    ("RequestGPUCompute = 250", 'Name = "slot1@native"', False),
+    ('RequestGPUCompute = 250; CoSchedPinSlot = "slot1@gnode"', 'Name = "slot1@gnode"; CoSchedGPUNode = true', True),
+])
+def test_the_gpu_pin_clause_lets_whole_gpu_jobs_match_native_gpu_nodes_and_shares_only_their_pin(job, slot, matches):
+    import classad2
+
+    job_ad, slot_ad = classad2.ClassAd(f"[{job}; Requirements = {GPU_PIN_CLAUSE}]"), classad2.ClassAd(f"[{slot}]")
+    assert job_ad["Requirements"].eval(job_ad, slot_ad) is matches   # as the negotiator evaluates it
+    assert has_pin_clause(f"(TARGET.GPUs >= RequestGPUs) && {GPU_PIN_CLAUSE}", gpu=True)
+    assert not has_pin_clause(f"(TARGET.GPUs >= RequestGPUs) && {GPU_PIN_CLAUSE}", gpu=False)  # not for device jobs
 
 
 def test_the_hook_ignores_gpu_amounts_a_job_ad_claims_and_refuses_a_malformed_environment(gnode: GpuNode):

@@ -201,6 +201,13 @@ def test_no_gpu_node_in_the_pool_leaves_gpu_jobs_waiting_not_held():
     assert d.gpu_sharing.holds == () and "no GPU node slot" in d.reasons[key(0)]
 
 
+def test_a_gpu_node_of_several_models_is_not_planned_and_the_waiting_job_is_told_why():
+    mixed = gpu_node_ad("node1", CoSchedGPU1DeviceName="NVIDIA H100")
+    d = decide([gpu_job(0)], [mixed])
+    assert pins_of(d) == {} and "slot1@node1.test hold GPUs of several models" in d.reasons[key(0)]
+    assert pins_of(decide([gpu_job(0)], [mixed, gpu_node_ad("node2")])) == {0: ("slot1@node2.test", (0,))}
+
+
 def test_gpu_policy_none_leaves_gpu_jobs_alone_and_an_unknown_one_is_refused():
     d = decide([gpu_job(0)], [gpu_node_ad("node1")], knobs={"COSCHED_GPU_POLICY": "none"})
     assert d.gpu_sharing.pins == () and key(0) not in d.reasons

@@ -255,7 +255,7 @@ class GpuView:
         pins, unplaced, reasons = [], [], {}
         for job, task, where in zip(ordered, tasks, placements):
             if where is None:
-                why = f"waiting: {_unplaced_reason(job, task, self.gpu_slots, usable, live.fleet)}"
+                why = f"waiting: {_unplaced_reason(job, task, self.gpu_slots, usable, live.fleet, self.mixed)}"
                 reasons[job.key] = why
                 unplaced.append(Unplaced(job.key, why))
                 continue
@@ -269,11 +269,15 @@ class GpuView:
 
 
 def _unplaced_reason(job: Job, task: GpuTask, gpu_slots: Sequence[Slot], usable: Sequence[Slot],
-                     fleet: GpuFleet) -> str:
-    """Why a GPU job waits, naming the rule that blocks it: no GPU node, none usable, its model
+                     fleet: GpuFleet, mixed: set[str] = frozenset()) -> str:
+    """Why a GPU job waits, naming the rule that blocks it: no GPU node, none usable (a node of
+    GPUs of several models is never planned: the fleet holds one model per node), its model
     constraint, the one-Owner-per-GPU rule of MPS, or no room (``fleet``: after this cycle's pins)."""
     if not gpu_slots:
         return "no GPU node slot in the pool (CoSchedGPUNode)"
+    if not usable and mixed:
+        return (f"no GPU node slot takes jobs now; {', '.join(sorted(mixed))} "
+                "hold GPUs of several models, which condor_sched does not plan (one model per node)")[:300]
     if not usable:
         return "no GPU node slot takes jobs now"
     if task.models is not None and not any(s.gpus[0].model in task.models for s in usable):
