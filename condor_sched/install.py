@@ -45,11 +45,16 @@ class InstalledFile:
 NODE_PACKAGE = "cosched_node"
 
 
+#: Test doubles shipped for the test pools (``fake_nvidia_smi.py``): never installed on a node.
+TEST_DOUBLE_PREFIX = "fake_"
+
+
 def node_hook_files() -> list[Path]:
     """The shipped execute-node programs, then the modules of their package, relative to
-    node_hooks/ (``cosched_prepare_job.py``, ``cosched_node/agent.py`` ...)."""
+    node_hooks/ (``cosched_prepare_job.py``, ``cosched_node/agent.py`` ...); no test double."""
     root = node_hooks_dir()
-    found = sorted(root.glob("*.py")) + sorted((root / NODE_PACKAGE).glob("*.py"))
+    found = [p for p in sorted(root.glob("*.py")) if not p.name.startswith(TEST_DOUBLE_PREFIX)] \
+        + sorted((root / NODE_PACKAGE).glob("*.py"))
     if not found:
         raise ResourceMissing(f"{root}: no node hook shipped")
     return [p.relative_to(root) for p in found]

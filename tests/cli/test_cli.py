@@ -95,6 +95,7 @@ def test_install_node_writes_every_hook_executable_and_is_idempotent(tmp_path):
     assert first.exit_code == 0
     installed = sorted(str(p.relative_to(target)) for p in target.rglob("*.py"))
     assert "cosched_prepare_job.py" in installed and "cosched_node/agent.py" in installed
+    assert "fake_nvidia_smi.py" not in installed      # a test double: never on a node
     assert all((target / name).stat().st_mode & 0o777 == 0o755 for name in installed)
     assert first.output.count("wrote") == len(installed)
     again = run("install-node", str(target))
