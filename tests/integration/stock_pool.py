@@ -227,7 +227,8 @@ class StockPool:
 
     def _site_files(self) -> None:
         names = " ".join(f"{name}.{DOMAIN}" for _, name, _ in STARTDS)
-        self.inside("/etc/hosts").write_text(f"127.0.0.1 {self.host}.{DOMAIN} {self.host}\n127.0.0.1 localhost\n"
+        full = socket.gethostname() if socket.gethostname().lower() != self.host else ""
+        self.inside("/etc/hosts").write_text(f"127.0.0.1 {self.host}.{DOMAIN} {self.host} {full}\n127.0.0.1 localhost\n"
                                              f"127.0.0.1 {names} {PLAIN_HOST}\n")
         self.inside("/etc/condor/config.d/01-site.conf").write_text(SITE_CONFIG)
         self.inside("/etc/condor-plain/config.d").mkdir(parents=True)
