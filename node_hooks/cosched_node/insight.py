@@ -41,7 +41,7 @@ import random
 from collections import deque
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Deque, Iterable, Optional, Sequence, Tuple
+from typing import Deque, Optional, Sequence, Tuple
 
 #: Fewer samples than this give no estimate (the agent then admits no spare-capacity job).
 MIN_SAMPLES = 12
@@ -171,9 +171,3 @@ class UsageStream:
 
     def estimate(self, rng: Optional[random.Random] = None) -> Optional[Estimate]:
         return estimate(self.values(), self.settings, rng)
-
-
-def coverage(limit: float, future: Iterable[float]) -> float:
-    """The share of ``future`` samples at or under ``limit``."""
-    values = list(future)
-    return sum(v <= limit for v in values) / len(values) if values else 1.0

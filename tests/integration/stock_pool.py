@@ -108,6 +108,8 @@ class StockPoolError(RuntimeError):
 class StockPool:
     cache_dir: Path = field(default_factory=lambda: chroot_cache_dir())
     netns: str = f"cosched-stock-{os.getpid()}"
+    #: The wheel the admin installs (set by :meth:`up`).
+    wheel: Path | None = None
 
     @property
     def base(self) -> Path:
@@ -158,6 +160,7 @@ class StockPool:
     def up(self, wheel: Path) -> None:
         """A fresh overlay of the stock root with the test's hardware and site files, its
         wheelhouse, both masters started (the main host with its stock config and site file)."""
+        self.wheel = wheel
         if chroot.mounts_under(self.root) or chroot.processes_in(self.root):
             raise StockPoolError(f"{self.root} is in use (a stock pool left running?)")
         if shutil.which("ip") is None or shutil.which("nsenter") is None:

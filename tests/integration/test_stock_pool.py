@@ -59,7 +59,6 @@ def stock(tmp_path_factory):
     wheel = build_wheel(tmp_path_factory.mktemp("wheel"))
     try:
         pool.up(wheel)
-        pool.wheel = wheel
         yield pool
     finally:
         pool.down()

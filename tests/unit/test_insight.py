@@ -7,10 +7,14 @@ import random
 import statistics
 
 import pytest
-from cosched_node.insight import (MIN_SAMPLES, InsightError, InsightSettings, UsageStream, coverage, estimate,
-                                  subset_size)
+from cosched_node.insight import MIN_SAMPLES, InsightError, InsightSettings, UsageStream, estimate, subset_size
 
 SEEDS = range(30)
+
+
+def coverage(limit: float, future: list[float]) -> float:
+    """The share of ``future`` samples at or under ``limit``."""
+    return sum(v <= limit for v in future) / len(future)
 
 
 def steady(rng: random.Random, n: int) -> list[float]:

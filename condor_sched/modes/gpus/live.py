@@ -23,7 +23,7 @@ A pin writes ``CoSchedPinGPUs``, ``CoSchedPinGPUMemory`` and ``CoSchedPinGPUComp
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import AbstractSet, Mapping, Sequence
 
 import classad2
 import numpy as np
@@ -269,7 +269,7 @@ class GpuView:
 
 
 def _unplaced_reason(job: Job, task: GpuTask, gpu_slots: Sequence[Slot], usable: Sequence[Slot],
-                     fleet: GpuFleet, mixed: set[str] = frozenset()) -> str:
+                     fleet: GpuFleet, mixed: AbstractSet[str] = frozenset()) -> str:
     """Why a GPU job waits, naming the rule that blocks it: no GPU node, none usable (a node of
     GPUs of several models is never planned: the fleet holds one model per node), its model
     constraint, the one-Owner-per-GPU rule of MPS, or no room (``fleet``: after this cycle's pins)."""
