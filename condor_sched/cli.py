@@ -138,11 +138,12 @@ def plan(queue: Path, machines: Path, policy: str, gpu_policy_name: str | None, 
     state = _load_snapshot(queue, machines)
     settings = PlanSettings(memory_granularity_mb=granularity_mb, knapsack_solver=solver,
                             solver_time_limit_s=time_limit, seed=seed, thread_overcommit=thread_overcommit,
-                            deterministic=deterministic)
+                            deterministic=deterministic, spare_from_job_usage=True)
     spread = None if spread_policy == "none" else get_policy(spread_policy)
     config = CycleConfig(get_policy(SIDECAR_DEFAULTS.policy), spread, settings, unpin_age_cycles,
                          _profiles(profiles_dir), node_policy=get_policy(LIVE_NODE_POLICY),
-                         gpu_policy=gpu_policy(DEFAULT_GPU_POLICY)).with_policy(policy)
+                         gpu_policy=gpu_policy(DEFAULT_GPU_POLICY),
+                         spare_policy=get_policy(SIDECAR_DEFAULTS.spare_policy)).with_policy(policy)
     if gpu_policy_name:
         config = config.with_gpu_policy(gpu_policy_name)
     with gc_paused():

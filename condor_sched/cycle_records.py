@@ -26,7 +26,8 @@ __all__ = ["CycleConfig", "CycleDecision", "CycleMemory", "Enroll", "Hold", "Pin
            "waiting_reason"]
 
 #: The built-in modes' planners in ``CycleConfig``, by the names its knobs and callers use.
-_PLANNER_FIELDS = {"devices": "device_policy", "spread": "spread_policy", "mates": "node_policy", "gpus": "gpu_policy"}
+_PLANNER_FIELDS = {"devices": "device_policy", "spread": "spread_policy", "mates": "node_policy", "gpus": "gpu_policy",
+                   "spare": "spare_policy"}
 #: Modes whose part ``plan --json`` shows under keys of their own (``gpu_*``, ``guest*``).
 _OWN_JSON_KEYS = ("mates", "gpus")
 
@@ -68,14 +69,17 @@ class CycleConfig:
     node_policy: Policy | None = None
     gpu_policy: GpuPolicy | None = None
     planners: Mapping[str, Any] = field(default_factory=dict)
+    #: Spare-capacity jobs (paper 003; COSCHED_SPARE_POLICY); None: they wait.
+    spare_policy: Policy | None = None
 
     @classmethod
     def from_settings(cls, settings: SidecarSettings, profiles: ProfileStore | None = None) -> CycleConfig:
         spread = None if settings.spread_policy == "none" else get_policy(settings.spread_policy)
         node = None if settings.node_policy == "none" else get_policy(settings.node_policy)
         gpu = None if settings.gpu_policy == "none" else gpu_policy(settings.gpu_policy)
+        spare = None if settings.spare_policy == "none" else get_policy(settings.spare_policy)
         return cls(get_policy(settings.policy), spread, settings.plan, settings.unpin_age_cycles, profiles,
-                   node_policy=node, gpu_policy=gpu)
+                   node_policy=node, gpu_policy=gpu, spare_policy=spare)
 
     def planner_of(self, mode: SharingMode) -> Any:
         """The planner ``mode`` plans with this cycle (None: the mode is off)."""

@@ -4,12 +4,16 @@ The answer comes from the same state and decision a sidecar cycle would make: th
 requests and status, what this cycle does with it (kept pin, new pin, unpin, hold, waiting
 with the policy's reason), and each slot of its kind with why it can or cannot take it:
 the slot takes no new job (draining, Owner, offline), the job's Requirements or the slot's
-START refuse it, it is too small even when empty, or it lacks free room now.
+START refuse it, it is too small even when empty, or it lacks free room now (a spare slot's
+room: what its node's agent publishes as spare, less what spare jobs hold there).
 """
 from __future__ import annotations
 
-from condor_sched.cycle import CycleDecision, covered, free_after_pins
+from dataclasses import replace
+
+from condor_sched.cycle import CycleDecision, free_after_pins
 from condor_sched.model import Job, JobKey, JobStatus, PoolState, Resources, Slot, SlotKind
+from condor_sched.modes.spare.mode import capped
 
 
 class UnknownJob(LookupError):
@@ -43,6 +47,8 @@ def _skipped_job(key: JobKey, reason: str) -> Job:
 def _amounts(r: Resources, kind: SlotKind) -> str:
     if kind is SlotKind.DEVICE:
         return f"{r.device_memory_mb} MB device memory, {r.device_threads} device threads, {r.cpus} cpus, {r.memory_mb} MB"
+    if kind is SlotKind.SPARE:
+        return f"{r.cpus} cpus, {r.memory_mb} MB"
     return f"{r.cpus} cpus, {r.memory_mb} MB, {r.llc_ways} LLC ways, {r.mem_bw_gbs:g} GB/s"
 
 
@@ -63,6 +69,15 @@ def _slot_verdict(job: Job, slot: Slot, free: Slot | None, eligible: frozenset[s
     return "could take it now"
 
 
+def _spare_room(slot: Slot) -> Slot:
+    """A spare slot as the spare mode plans it: its free amounts capped at what its node's agent
+    publishes, or marked as taking no job (why) when it publishes nothing usable."""
+    if slot.spare is None or slot.spare.problem is not None:
+        why = slot.spare.problem if slot.spare else "its node agent publishes no CoSchedSpare* attributes"
+        return replace(slot, unavailable=f"offers no spare capacity ({why})")
+    return capped(slot, slot.spare)
+
+
 def explain(state: PoolState, decision: CycleDecision, job: Job) -> list[str]:
     """Lines that explain ``job`` (module docstring)."""
     key = job.key
@@ -73,24 +88,28 @@ def explain(state: PoolState, decision: CycleDecision, job: Job) -> list[str]:
     lines = [f"job {key}: {job.status.name.lower()}, owner {job.owner or '?'}, submitter {job.submitter or job.owner or '?'}"]
     if job.gpu is not None:
         return lines + _gpu_lines(state, decision, job)
-    if not (job.uses_device or job.wants_spread):
-        return lines + ["not co-scheduled (it requests no device memory and names no +CoSchedProgram): "
-                        "HTCondor matches it as usual"]
-    kind = SlotKind.DEVICE if job.uses_device else SlotKind.SOCKET
+    spare = job.sharing_mode == "spare"
+    if not (job.uses_device or job.wants_spread or spare):
+        return lines + ["not co-scheduled (it requests no device memory, names no +CoSchedProgram and is no "
+                        "+CoSchedSpare job): HTCondor matches it as usual"]
+    kind = SlotKind.DEVICE if job.uses_device else SlotKind.SPARE if spare else SlotKind.SOCKET
     lines.append(f"requests {_amounts(job.request, kind)}")
     if job.pin_reason:
         lines.append(f"CoSchedPinReason: {job.pin_reason}")
-    if not covered(job):
+    if not job.is_idle:
         where = f" on {job.remote_slot}" if job.remote_slot else ""
         return lines + [f"not idle{where}: the sidecar plans idle jobs only"]
     lines.append(f"this cycle ({decision.cycle}): {_this_cycle(decision, key)}")
     free = {s.name: s for s in free_after_pins(state, [a.job for a in decision.kept], decision.plans)}
     eligible = state.eligible.get(key)
-    slots = [s for s in state.slots if s.kind is kind and (kind is SlotKind.SOCKET or s.device_kind == job.device_kind
+    slots = [s for s in state.slots if s.kind is kind and (kind is not SlotKind.DEVICE or s.device_kind == job.device_kind
                                                            or job.device_kind is None or s.device_kind is None)]
+    if spare:
+        free = {s.name: _spare_room(free.get(s.name, s)) for s in slots}
     pinned = {a.slot for a in decision.kept if a.job == key} | {p.slot for p in decision.pins if p.job == key}
     lines.append(f"{len(slots)} {kind.value} slot(s):")
-    lines += [f"  {s.name}: " + ("pinned here" if s.name in pinned else _slot_verdict(job, s, free.get(s.name), eligible))
+    lines += [f"  {s.name}: " + ("pinned here" if s.name in pinned else
+                                 _slot_verdict(job, free[s.name] if spare else s, free.get(s.name), eligible))
               for s in sorted(slots, key=lambda s: s.name)]
     return lines
 

@@ -9,6 +9,8 @@ Schema (units in the key names)::
         sockets:                 # >= 1; one LLC (cache id = list index) per socket
           - llc_ways: 20         # last-level cache ways of this socket
             mem_bw_gbs: 59.0     # peak memory bandwidth of this socket, GB/s
+        spare_capacity: false    # optional: a last SPARE slot of the socket slots' cores and
+                                 # memory again, for +CoSchedSpare jobs (paper 003)
         devices:                 # 0 or more coprocessors
           - name: mic0           # [a-z][a-z0-9]*, unique within the node
             memory_mb: 8192      # device memory
@@ -61,8 +63,8 @@ DEVICE_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
 MAX_NODES = 10_000
 MAX_SOCKETS = 16
 MAX_DEVICES = 64
-NODE_KEYS = ("name", "cores", "memory_mb", "sockets", "devices", "node_sharing", "gpus", "gpu_compute_overcommit",
-             "mps_single_account")
+NODE_KEYS = ("name", "cores", "memory_mb", "sockets", "devices", "node_sharing", "spare_capacity", "gpus",
+             "gpu_compute_overcommit", "mps_single_account")
 #: The keys only a GPU node has.
 GPU_NODE_KEYS = ("gpu_compute_overcommit", "mps_single_account")
 GPU_KEYS = ("name", "uuid", "model", "memory_mb", "capability")
@@ -125,6 +127,9 @@ class Node:
     #: Paper 001's live mapping: one NODE slot of the host's cores and its overlapping GUEST
     #: slot instead of socket slots (README, "SD-Policy: the live mapping").
     node_sharing: bool = False
+    #: Paper 003: a last SPARE slot of the socket (or node) slots' cores and memory again, for
+    #: spare-capacity jobs (``+CoSchedSpare``) in what the primaries leave idle.
+    spare_capacity: bool = False
     #: A GPU node (issue 13): one partitionable slot of all cores and memory and every GPU's
     #: memory and compute; such a node has no sockets, devices or node_sharing.
     gpus: tuple[GpuSpec, ...] = ()
@@ -223,6 +228,7 @@ def _parse_node(where: str, raw: Any) -> Node:
         sockets=sockets,
         devices=tuple(devices),
         node_sharing=_flag(where, raw, "node_sharing"),
+        spare_capacity=_flag(where, raw, "spare_capacity"),
     )
     for i, (cores, memory) in enumerate(node.socket_shares()):
         if cores < 1 or memory < 1:
@@ -232,7 +238,7 @@ def _parse_node(where: str, raw: Any) -> Node:
 
 def _parse_gpu_node(where: str, name: str, raw: dict[str, Any]) -> Node:
     """A GPU node: cores, memory and 1 to MAX_GPUS_PER_NODE GPUs, nothing else."""
-    mixed = [k for k in ("sockets", "devices", "node_sharing") if k in raw]
+    mixed = [k for k in ("sockets", "devices", "node_sharing", "spare_capacity") if k in raw]
     if mixed:
         raise InventoryError(f"{where}: a GPU node (with 'gpus') has no {', '.join(repr(k) for k in mixed)}: "
                              "its one slot holds all its cores, memory and GPUs")
@@ -359,7 +365,19 @@ def node_slots(node: Node, domain: str) -> list[Slot]:
                         device_memory_mb=device.memory_mb, device_threads=device.hardware_threads)
         slots.append(Slot(slot_name(len(slots) + 1, node.name, domain), f"{node.name}.{domain}",
                           SlotKind.DEVICE, res, res, device_name=device.name, device_kind=device.kind))
+    if node.spare_capacity:
+        cores, memory = spare_share(node)
+        res = Resources(cpus=cores, memory_mb=memory)
+        slots.append(Slot(slot_name(len(slots) + 1, node.name, domain), f"{node.name}.{domain}", SlotKind.SPARE,
+                          res, res))
     return slots
+
+
+def spare_share(node: Node) -> tuple[int, int]:
+    """A spare slot's (cores, memory_mb): those of the CPU slots it overlaps (the socket slots,
+    or the node slot)."""
+    return node.host_share() if node.node_sharing else \
+        (sum(c for c, _ in node.socket_shares()), sum(m for _, m in node.socket_shares()))
 
 
 #: Where a GPU node's MPS control daemon keeps its pipes and logs (root-created, in the node config).
@@ -396,4 +414,7 @@ def node_config(node: Node, domain: str) -> dict[str, Any]:
                       "cores": device.host_cores, "memory_mb": device.host_memory_mb,
                       "device_memory_mb": device.memory_mb, "hardware_threads": device.hardware_threads,
                       "device_kind": device_kind(device.kind).to_node_json()})
+    if node.spare_capacity:
+        cores, memory = spare_share(node)
+        slots.append({"slot_id": len(slots) + 1, "kind": "spare", "cores": cores, "memory_mb": memory})
     return {"node": node.name, "domain": domain, "cores": node.cores, "memory_mb": node.memory_mb, "slots": slots}

@@ -46,6 +46,14 @@ PIN_MATE_INCREASE_ATTR = "CoSchedPinMateIncrease"
 #: (``schedd#Cluster.Proc``); a job serves as a mate once.
 PIN_MATE_BASE_ATTR = "CoSchedPinMateBaseDuration"
 PIN_GUEST_ATTR = "CoSchedPinGuest"
+#: A job's opt-in to spare capacity (paper 003): ``+CoSchedSpare = true`` marks a job that may
+#: run in what a node's primary jobs measurably leave idle, in the node's overlapping SPARE slot,
+#: confined by the node agent and vacated when the primaries need the room back. The user's
+#: attribute; the sidecar never writes it.
+SPARE_ATTR = "CoSchedSpare"
+#: A running job's use as HTCondor measures it (cores on average, MB): ``plan`` reads them on a
+#: snapshot without spare-capacity estimates; the live sidecar never trusts them (user-editable).
+USAGE_ATTRS = ("CpusUsage", "MemoryUsage")
 #: The run-time limit the shadow enforces (hold code 47); the sidecar lengthens a mate's.
 EXECUTE_DURATION_ATTR = "AllowedExecuteDuration"
 #: The longest run-time limit the sidecar reads or writes (HTCondor keeps it in a 32-bit int).
@@ -222,6 +230,8 @@ class Job:
     hook_refusal: str | None = None
     #: ``+CoSchedMalleable = true``: the job takes part in node sharing (paper 001).
     malleable: bool = False
+    #: ``+CoSchedSpare = true``: the job runs in spare capacity (paper 003).
+    spare: bool = False
     #: A GPU job's request (issue 13); None for other jobs.
     gpu: GpuRequest | None = None
     #: A GPU job's pinned GPUs (``CoSchedPinGPUs``), and a running one's GPUs.
@@ -243,15 +253,18 @@ class Job:
     def sharing_mode(self) -> str | None:
         """The one way condor_sched shares this job, whatever else its ad asks: device
         memory first (``devices``), then a GPU request (``gpus``), then a named program
-        (``spread``), then ``+CoSchedMalleable`` (``mates``); None for other jobs. Each
-        part of a cycle plans only its own, so no job is pinned twice in one cycle."""
+        (``spread``), then ``+CoSchedMalleable`` (``mates``), then ``+CoSchedSpare``
+        (``spare``); None for other jobs. Each part of a cycle plans only its own, so no job
+        is pinned twice in one cycle."""
         if self.uses_device:
             return "devices"
         if self.gpu is not None:
             return "gpus"
         if self.spread:
             return "spread"
-        return "mates" if self.malleable else None
+        if self.malleable:
+            return "mates"
+        return "spare" if self.spare else None
 
     @property
     def is_idle(self) -> bool:
@@ -273,6 +286,28 @@ class SlotKind(str, enum.Enum):
     #: A NODE slot's overlapping twin (paper 001's live mapping): it opens only to a pinned
     #: guest, which runs on cores its mate gives up. Never planned as capacity.
     GUEST = "guest"
+    #: A node's overlapping twin of its primary slots (paper 003): it runs only pinned
+    #: spare-capacity jobs, within what the node agent publishes as spare (``Slot.spare``).
+    SPARE = "spare"
+
+
+@dataclass(frozen=True, slots=True)
+class SpareCapacity:
+    """What a node's primary jobs leave idle, as its node agent publishes it (paper 003,
+    Algorithm 1): ``cpus`` = C - (Q + xi) of its CPU use in cores, ``memory_mb`` the same of its
+    memory, at ``confidence`` (the share of the window the primaries stayed at or under Q + xi),
+    estimated from ``samples`` samples at ``updated_at_s``; ``problem`` says why the node takes
+    no spare-capacity job now (None: it does)."""
+
+    cpus: float
+    memory_mb: int
+    confidence: float = 0.8
+    samples: int = 0
+    updated_at_s: int = 0
+    problem: str | None = None
+    #: The spare jobs its agent asked the startd to vacate (``CoSchedSpareEvict_<slot>``):
+    #: job id (``Cluster.Proc``) -> why.
+    evictions: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +338,8 @@ class Slot:
     #: A GPU node that runs every job under one execute account (``CoSchedGPUSingleAccount``):
     #: one MPS server serves every Owner there, so its GPUs may hold shares of several Owners.
     gpu_single_account: bool = False
+    #: A SPARE slot's node: what its agent publishes as spare now (None: nothing published).
+    spare: SpareCapacity | None = None
 
     def with_free(self, free: Resources) -> Slot:
         return replace(self, free=free)

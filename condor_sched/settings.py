@@ -31,6 +31,8 @@ class SidecarSettings:
     #: The policy of the ``gpu`` device kind (issue 13; modes/gpus/fleet_policy.py): ``simulate``
     #: uses it for openb workloads without ``--policy``.
     gpu_policy: str = DEFAULT_GPU_POLICY
+    #: Spare-capacity jobs only (+CoSchedSpare, paper 003); "none" leaves them waiting.
+    spare_policy: str = "spare-spread"
     profile_dir: str = ""
     profile_runs_dir: str = ""
     unpin_age_cycles: int = 3
@@ -46,6 +48,7 @@ _KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
     "COSCHED_SPREAD_POLICY": ("spread_policy", str),
     "COSCHED_NODE_POLICY": ("node_policy", str),
     "COSCHED_GPU_POLICY": ("gpu_policy", str),
+    "COSCHED_SPARE_POLICY": ("spare_policy", str),
     "COSCHED_PROFILE_DIR": ("profile_dir", str),
     "COSCHED_PROFILE_RUNS_DIR": ("profile_runs_dir", str),
     "COSCHED_UNPIN_AGE_CYCLES": ("unpin_age_cycles", int),
@@ -109,6 +112,10 @@ def settings_from_knobs(knobs: Mapping[str, str]) -> SidecarSettings:
     if settings.gpu_policy != "none" and settings.gpu_policy not in gpu:
         raise SettingsError(f"COSCHED_GPU_POLICY = {settings.gpu_policy!r} is not a GPU policy; known: none, "
                             f"{', '.join(gpu)}")
+    spare = policy_names(PolicyKind.SPARE)
+    if settings.spare_policy != "none" and settings.spare_policy not in spare:
+        raise SettingsError(f"COSCHED_SPARE_POLICY = {settings.spare_policy!r} is not a spare-capacity policy; "
+                            f"known: none, {', '.join(spare)}")
     if settings.cycle_source not in ("negotiator", "interval"):
         raise SettingsError(f"COSCHED_CYCLE_SOURCE = {settings.cycle_source!r}: use negotiator or interval")
     if settings.plan.thread_overcommit != 1.0:

@@ -6,6 +6,7 @@ jobs (:func:`jobs_from_ads`)."""
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 from dataclasses import replace
@@ -32,7 +33,10 @@ from condor_sched.classads.plain import (
 )
 from condor_sched.device_kinds import GPU, DeviceKind, device_kinds
 from condor_sched.model import (
+    HOLDS_A_SLOT,
     MALLEABLE_ATTR,
+    SPARE_ATTR,
+    USAGE_ATTRS,
     PIN_CLAUSE,
     GPU_PIN_CLAUSE,
     PIN_CYCLE_ATTR,
@@ -247,6 +251,7 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
         start_refused=_start_refused(ad, status),
         hook_refusal=_hook_refusal(ad, status),
         malleable=_lenient(ad, MALLEABLE_ATTR, bool) is True,
+        spare=_lenient(ad, SPARE_ATTR, bool) is True,
         gpu=gpu,
         pinned_gpus=_pinned_gpus(ad) if gpu is not None else (),
         attributes={
@@ -254,8 +259,20 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
             PIN_ORIGINAL_ATTR: _lookup_text(ad, PIN_ORIGINAL_ATTR) if PIN_ORIGINAL_ATTR in ad else None,
             **_node_sharing_attributes(ad),
             **({GPU.match_request_attr: _require_gpus(ad)} if gpu is not None else {}),
+            **({"usage": _usage(ad)} if status in HOLDS_A_SLOT else {}),
         },
     )
+
+
+def _usage(ad: classad2.ClassAd) -> dict[str, float]:
+    """A running job's ``CpusUsage`` and ``MemoryUsage`` as HTCondor measured them, those that
+    read as non-negative numbers (``plan`` on a snapshot without spare-capacity estimates)."""
+    out: dict[str, float] = {}
+    for attr in USAGE_ATTRS:
+        value = _lenient(ad, attr, (int, float)) if attr in ad else None
+        if value is not None and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+            out[attr] = float(value)
+    return out
 
 
 def _node_sharing_attributes(ad: classad2.ClassAd) -> dict[str, Any]:
@@ -281,7 +298,8 @@ def _record_reads() -> tuple[str, ...]:
             *(a for k in device_kinds() for a in (k.request_memory_attr, k.request_compute_attr)),
             "CoSchedProgram", "RequestCpus", "RequestMemory", "RequestLLCWays", "RequestMemBW", "Cmd", "Owner",
             PIN_SLOT_ATTR, PIN_CYCLE_ATTR, "CoSchedAlpha", "RemoteHost", "AllowedExecuteDuration",
-            "JobCurrentStartDate", "AccountingGroup", "User", PIN_REASON_ATTR, MALLEABLE_ATTR, PIN_MATE_ATTR,
+            "JobCurrentStartDate", "AccountingGroup", "User", PIN_REASON_ATTR, MALLEABLE_ATTR, SPARE_ATTR,
+            *USAGE_ATTRS, PIN_MATE_ATTR,
             PIN_GUEST_ATTR, PIN_MATE_INCREASE_ATTR, PIN_MATE_BASE_ATTR, *GPU_JOB_ATTRS)
 
 

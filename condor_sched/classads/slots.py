@@ -21,7 +21,7 @@ from condor_sched.classads.plain import (
     _string,
 )
 from condor_sched.device_kinds import GPU, DeviceKind, device_kinds
-from condor_sched.model import MAX_GPU_COMPUTE_OVERCOMMIT, Gpu, Resources, Skipped, Slot, SlotKind
+from condor_sched.model import MAX_GPU_COMPUTE_OVERCOMMIT, Gpu, Resources, Skipped, Slot, SlotKind, SpareCapacity
 
 #: A device name as the execute node accepts it: the request rules live once, in
 #: ``cosched_node.rules`` (``jobs.request_problem``).
@@ -95,6 +95,8 @@ def _slot_record(ad: classad2.ClassAd) -> Slot | None:
         single_account = _lenient(ad, GPU_SINGLE_ACCOUNT_ATTR, bool) is True
     elif kind is None and _lenient(ad, "CoSchedGuestSlot", bool):
         slot_kind = SlotKind.GUEST
+    elif kind is None and _lenient(ad, "CoSchedSpareSlot", bool):
+        slot_kind = SlotKind.SPARE
     elif kind is None and _lenient(ad, "CoSchedNodeSlot", bool):
         slot_kind = SlotKind.NODE
     return Slot(name=name, machine=machine, kind=slot_kind, total=total,
@@ -102,7 +104,8 @@ def _slot_record(ad: classad2.ClassAd) -> Slot | None:
                 device_kind=kind.name if kind else None,
                 updated_at_s=_number(ad, "LastHeardFrom", required=False) or _number(ad, "MyCurrentTime", required=False),
                 children=_child_names(ad), unavailable=_unavailable(ad) or _no_guests(ad, slot_kind), gpus=gpus,
-                gpu_single_account=single_account)
+                gpu_single_account=single_account,
+                spare=_spare_of(ad, total) if slot_kind is SlotKind.SPARE else None)
 
 
 #: The most GPUs a GPU node slot may hold (the schedd transform of config.d/10 defines the
@@ -143,6 +146,48 @@ def _gpus_of(ad: classad2.ClassAd) -> tuple[Gpu, ...]:
                         capability=_number(ad, GPU.resource_attr(k, "Capability"), required=False, integer=False,
                                            maximum=100.0)))
     return tuple(gpus)
+
+
+def _spare_of(ad: classad2.ClassAd, total: Resources) -> SpareCapacity | None:
+    """What a SPARE slot's node agent publishes through the startd cron (``CoSchedSpareUsable``,
+    ``CoSchedSpareCpus``, ``CoSchedSpareMemory``, ``CoSchedSpareConfidence``,
+    ``CoSchedSpareSamples``, ``CoSchedSpareUpdated``, ``CoSchedSpareProblem``); None when it
+    publishes nothing. A value out of range makes the node take no spare-capacity job, named."""
+    usable = _lenient(ad, "CoSchedSpareUsable", bool)
+    if usable is None:
+        return None
+    evictions = _spare_evictions(ad)
+    if not usable:
+        why = _lenient(ad, "CoSchedSpareProblem", str)
+        return SpareCapacity(0.0, 0, problem="its node agent takes no spare-capacity job now" +
+                             (f": {why[:200]}" if why else " (CoSchedSpareUsable is false)"), evictions=evictions)
+    try:
+        return SpareCapacity(
+            cpus=float(_number(ad, "CoSchedSpareCpus", required=True, integer=False, maximum=total.cpus)),
+            memory_mb=int(_number(ad, "CoSchedSpareMemory", required=True, maximum=total.memory_mb)),
+            confidence=float(_number(ad, "CoSchedSpareConfidence", required=False, default=0.0, integer=False,
+                                     maximum=1.0)),
+            samples=int(_number(ad, "CoSchedSpareSamples", required=False)),
+            updated_at_s=int(_number(ad, "CoSchedSpareUpdated", required=False)), evictions=evictions)
+    except AdError as exc:
+        return SpareCapacity(0.0, 0, problem=f"its node agent's estimate does not read: {exc}", evictions=evictions)
+
+
+SPARE_EVICT = re.compile(r"^CoSchedSpareEvict_slot\d{1,4}_\d{1,6}$", re.IGNORECASE)
+EVICTION = re.compile(r"^(\d{1,12}\.\d{1,9}) (.{1,300})$", re.DOTALL)
+
+
+def _spare_evictions(ad: classad2.ClassAd | _PlainAd) -> dict[str, str]:
+    """The spare jobs a node's agent asked the startd to vacate: ``CoSchedSpareEvict_<slot> =
+    "<Cluster.Proc> <why>"`` (the startd cron's node-wide lines), job id -> why."""
+    out: dict[str, str] = {}
+    names = ad.values.keys() if ad.__class__ is _PlainAd else ad.keys()
+    for attr in [a for a in names if SPARE_EVICT.match(a)][:64]:
+        text = _lenient(ad, attr, str)
+        match = EVICTION.match(text) if text else None
+        if match:
+            out[match.group(1)] = match.group(2)
+    return out
 
 
 def _no_guests(ad: classad2.ClassAd, kind: SlotKind) -> str | None:

@@ -245,11 +245,15 @@ def mount_root(root: Path) -> None:
         run(["mount", "-t", "proc", "proc", str(root / "proc")])
 
 
-def bind(source: Path, target: Path, read_only: bool = False) -> None:
+def bind(source: Path, target: Path, read_only: bool = False, recursive: bool = False) -> None:
+    """``mount --bind`` (``recursive``: ``--rbind``, the mounts below ``source`` too, made a
+    slave so that no unmount under ``target`` ever reaches the host's mounts)."""
     target.mkdir(parents=True, exist_ok=True)
     if is_mounted(target):
         return
-    run(["mount", "--bind", str(source), str(target)])
+    run(["mount", "--rbind" if recursive else "--bind", str(source), str(target)])
+    if recursive:
+        run(["mount", "--make-rslave", str(target)])
     if read_only:
         run(["mount", "-o", "remount,bind,ro", str(target)])
 

@@ -21,6 +21,12 @@ HOOKS_DIR = PurePosixPath("/opt/condor_sched/node_hooks")
 NODE_CONFIG_DIR = PurePosixPath("/etc/condor_sched/nodes")
 WRAPPER_DIR = PurePosixPath("/etc/condor_sched/wrappers")
 AGENT_STATE_DIR = PurePosixPath("/var/lib/condor_sched")
+#: Where the host's cgroup mounts appear in the chroot for the agents of nodes with a spare
+#: slot (``--cgroup-root``): not /sys/fs/cgroup, so HTCondor itself still sees no cgroups
+#: there and runs every other job as before (../shared/POOL.md).
+SPARE_CGROUP_ROOT = PurePosixPath("/run/cosched-cgroup")
+#: The host's cgroup mounts bound there.
+HOST_CGROUP_ROOT = PurePosixPath("/sys/fs/cgroup")
 #: Where the node agents' piggyback profiling writes run records (shared by all nodes).
 PROFILE_RUNS_DIR = AGENT_STATE_DIR / "profiles"
 CONDOR_LOG_DIR = PurePosixPath("/var/log/condor")
@@ -133,7 +139,8 @@ DEFAULT_MAX_SLOT_TYPES = 10
 def slot_types(nodes: list[Node]) -> int:
     """Slot types the busiest node needs: one partitionable slot per socket (a node-sharing
     node: its node and guest slots) and per device."""
-    return max((2 if nd.node_sharing else 1 if nd.gpus else len(nd.sockets)) + len(nd.devices) for nd in nodes)
+    return max((2 if nd.node_sharing else 1 if nd.gpus else len(nd.sockets)) + len(nd.devices) + nd.spare_capacity
+               for nd in nodes)
 
 
 def render_pool_config(nodes: list[Node], hooks: HookFiles, domain: str = DOMAIN,
@@ -227,6 +234,7 @@ def render_node_daemons(node: Node, index: int, hooks: HookFiles, domain: str = 
     if hooks.node_agent:
         a = agent_name(index)
         gpu = f" --nvidia-smi {nvidia_smi_wrapper_path(node.name)}" if node.gpus else ""
+        gpu += f" --cgroup-root {SPARE_CGROUP_ROOT}" if node.spare_capacity else ""
         lines += [
             f"{a} = {PYTHON}",
             f"{a}_ARGS = -Es {HOOKS_DIR / NODE_AGENT_SCRIPT} --node-config {conf} "

@@ -268,6 +268,8 @@ def up(inventory_path: str | Path | None = None, workdir: str | Path | None = No
         chroot.bind(settings.hooks_dir, settings.in_root(config.HOOKS_DIR), read_only=True)
         chroot.bind(settings.workdir, settings.in_root(settings.workdir))
         chroot.bind(settings.source_dir, settings.in_root(config.SOURCE_DIR), read_only=True)
+        if any(n.spare_capacity for n in inventory.nodes):
+            chroot.bind(Path(config.HOST_CGROUP_ROOT), settings.in_root(config.SPARE_CGROUP_ROOT), recursive=True)
         hooks = _hook_files(settings)
         _install_config(settings, inventory, hooks, sidecar)
         settings.state_file.write_text(json.dumps({
@@ -357,6 +359,28 @@ def down(settings: PoolSettings | None = None, timeout_s: float = 30) -> None:
         chroot.stop_processes(root)
     if chroot.mounts_under(root):
         chroot.unmount_all(root)
+    _remove_spare_groups()
+
+
+#: The groups the spare nodes' agents make in the host's hierarchies (``spare_cgroups``).
+SPARE_GROUP_PARENT = "cosched_spare"
+
+
+def _remove_spare_groups() -> None:
+    """Remove what the pool's spare nodes' agents left of their groups in the host's cgroup
+    hierarchies (an agent removes a claim's group when the claim ends; a pool stopped with
+    claims leaves theirs). Only empty groups go (``rmdir`` refuses one with a process)."""
+    host = Path(config.HOST_CGROUP_ROOT)
+    for parent in host.glob(f"*/{SPARE_GROUP_PARENT}") if host.is_dir() else ():
+        for group in [p for p in parent.iterdir() if p.is_dir()]:
+            try:
+                group.rmdir()
+            except OSError as exc:
+                log.warning("cgroup %s left: %s", group, exc.strerror)
+        try:
+            parent.rmdir()
+        except OSError:
+            pass
 
 
 def _agent_names(settings: PoolSettings) -> list[str]:

@@ -27,6 +27,8 @@ class PolicyKind(str, enum.Enum):
     SPREAD = "spread"
     #: Rigid multi-node CPU jobs on whole NODE slots (paper 001: ``backfill``, ``sd``).
     NODE = "node"
+    #: Spare-capacity jobs on SPARE slots (paper 003: ``spare-spread``, ``spare-pack``).
+    SPARE = "spare"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,9 @@ class PlanSettings:
     sd_max_slowdown: float | None = 10.0
     sd_max_mates: int = 2
     sd_sharing_factor: float = 0.5
+    #: ``plan`` on a snapshot: a SPARE slot whose node agent published nothing takes the
+    #: running primaries' own ``CpusUsage``/``MemoryUsage`` (the live sidecar never does).
+    spare_from_job_usage: bool = False
 
     def spread_age_limit(self) -> int:
         """The aging limit (cycles) of the spread policies."""

@@ -14,6 +14,7 @@ from condor_sched.model import Job
 from condor_sched.modes.interface import SharingMode
 from condor_sched.modes.mates.mode import MATES
 from condor_sched.modes.planning import Policy, PolicyError, PolicyKind
+from condor_sched.modes.spare.mode import SPARE
 from condor_sched.modes.spread.mode import SPREAD
 
 #: Every sharing mode, one line each: a job goes to the first mode that covers it.
@@ -22,6 +23,7 @@ _MODES: list[SharingMode] = [
     SPREAD,
     MATES,
     GPUS,
+    SPARE,
 ]
 _BUILT_IN = [m.name for m in _MODES]
 

@@ -21,6 +21,8 @@ from condor_sched.simulate.offload import MODELS
 from condor_sched.simulate.study import simulate_report, spec_for
 from condor_sched.settings import SidecarSettings
 from condor_sched.simulate.gpu_study import MAX_BATCH, PROTOCOLS, is_openb, simulate_openb
+from condor_sched.simulate.hybrid003 import KEYS as HYBRID003_KEYS, POLICIES as HYBRID003_POLICIES, simulate_hybrid003
+from condor_sched.simulate.hybrid003_workload import SIZES as HYBRID003_SIZES
 from condor_sched.simulate.openb import OpenbError
 from condor_sched.simulate.workloads import MAX_WORKLOAD_JOBS, WorkloadError, default_jobs, is_builtin
 
@@ -42,7 +44,8 @@ _KEYS = ("makespan_s", "mean_wait_s", "mean_turnaround_s", "mean_slowdown", "thr
 @click.option("--workload", "workload", default="phi-table1", show_default=True,
               help="phi-table1, phi-uniform, phi-normal, phi-low-skew, phi-high-skew, sns-random "
                    "(paper 000: parallel CPU jobs, profile model, Xeon nodes; policies ce, cs, sns, "
-                   "sns-global), or a .swf/.yaml path.")
+                   "sns-global), hybrid-003 (paper 003: HPC and data-intensive jobs on 4, 8 or 16 nodes of "
+                   "32 cores; policies vanilla, collocated, hybrid, koordinator, autopilot), or a .swf/.yaml path.")
 @click.option("--jobs", type=bounded_int(1, MAX_WORKLOAD_JOBS), default=None,
               help="Jobs to generate (built-in workloads, default 1000; sns-random 20) or to read (files, default all).")
 @click.option("--nodes", type=bounded_int(1, MAX_NODES), default=None,
@@ -118,11 +121,20 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
     Example (the same on the paper's baseline, SLURM's backfill at its defaults):
       condor-sched simulate --workload RICC-2010-2-midseptember.swf --cores-per-node 8 \\
           --nodes 1024 --policy slurm-sd --max-slowdown unbounded --json
+    Example (paper 003's Table II: spare capacity on 16 nodes of 32 cores):
+      condor-sched simulate --workload hybrid-003 --nodes 16 --policy hybrid --seed 1 --json
     Example (the FGD paper's protocol on Alibaba's openb GPU trace, 10 seeds, 128-task cycles):
       condor-sched simulate --workload openb:openb_pod_list_default.csv \\
           --inventory openb:openb_node_list_gpu_node.csv --protocol inflation --policy fgd \\
           --seed 0 --sequences 10 --batch 128 --json
     """
+    if workload == HYBRID003:
+        refused = [name for name, given in (("--jobs", jobs), ("--inventory", inventory_path), ("--sequences", sequences),
+                                            ("--footprint-against", footprint_against), ("--cores-per-node", cores_per_node),
+                                            ("--max-slowdown", max_slowdown), ("--plot", plot_dir), ("--protocol", protocol),
+                                            ("--batch", batch), ("--cycle-s", cycle_s)) if given is not None]
+        _simulate_hybrid003(nodes, policy, seed, refused, as_json)
+        return
     if is_openb(workload) or is_openb(inventory_path):
         refused = [name for name, given in (("--jobs", jobs), ("--nodes", nodes), ("--cores-per-node", cores_per_node),
                                             ("--footprint-against", footprint_against), ("--plot", plot_dir),
@@ -219,6 +231,29 @@ def _simulate_openb(workload: str, inventory: str | None, protocol: str, policy:
     for key, value in report.items():
         if isinstance(value, (int, float)) and key not in ("tasks", "nodes", "gpus"):
             click.echo(f"  {key:28} {value:.3f}" if isinstance(value, float) else f"  {key:28} {value}")
+
+
+HYBRID003 = "hybrid-003"
+
+
+def _simulate_hybrid003(nodes: int | None, policy: str | None, seed: int, refused: list[str], as_json: bool) -> None:
+    """``simulate --workload hybrid-003``: paper 003's cluster experiments (simulate/hybrid003.py)."""
+    nodes = 16 if nodes is None else nodes
+    policy = policy or "hybrid"
+    if refused:
+        raise BadInput(f"{', '.join(refused)}: not for --workload {HYBRID003} (it takes --nodes, --policy, --seed)")
+    if nodes not in HYBRID003_SIZES:
+        raise BadInput(f"--workload {HYBRID003} runs on {', '.join(map(str, HYBRID003_SIZES))} nodes "
+                       f"(paper 003, Section IV-A), not {nodes}")
+    if policy not in HYBRID003_POLICIES:
+        raise BadInput(f"--workload {HYBRID003} takes --policy {'|'.join(HYBRID003_POLICIES)}, not {policy!r}")
+    report = simulate_hybrid003(nodes, policy, seed)
+    if as_json:
+        click.echo(to_json(report))
+        return
+    click.echo(f"{HYBRID003}: {nodes} nodes x 32 cores, policy {policy}, seed {seed}")
+    for key in HYBRID003_KEYS:
+        click.echo(f"  {key:26} {report[key]:.3f}")
 
 
 def _simulate_node_jobs(workload: str, jobs: int | None, nodes: int | None, policy: str, cores_per_node: int | None,

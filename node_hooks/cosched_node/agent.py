@@ -23,7 +23,10 @@ root-only state dir (``state``). It
   claims of the jobs already started there and they are all one Owner's (MPS runs one server
   per Linux user) unless the node runs every job under one execute account, keeps the MPS
   control daemon running, and stops a job whose processes use more memory on a GPU than its
-  claim holds there (nvidia-smi's per-process memory; ``gpu_watch``).
+  claim holds there (nvidia-smi's per-process memory; ``gpu_watch``);
+- on a node with a spare slot (paper 003), samples the primaries' use, estimates it
+  (``insight``), confines every spare claim in a cgroup v1 or v2 group (``spare_duty``,
+  ``spare_cgroups``), refuses a spare start where it cannot, and publishes DIR/spare.json.
 
 Exit codes: 0 stopped by SIGTERM/SIGINT or --once done; 2 bad arguments or node config;
 5 state dir unsafe, or another agent holds its lock.
@@ -48,6 +51,8 @@ from cosched_node.hook_server import serve
 from cosched_node.jobs import Running
 from cosched_node.perf import PerfSampler, make_perf
 from cosched_node.slots import Claim, SlotView
+from cosched_node.spare_cgroups import SpareCgroups
+from cosched_node.spare_duty import SPARE_INTERVAL_S, SpareDuty
 
 PROGRAM = "cosched_node_agent"
 STARTER_COMM = "condor_starter"
@@ -68,16 +73,18 @@ def device_problem(config: NodeConfig, claim: Claim) -> Optional[str]:
     return None
 
 
-class Agent(CpusetDuty):
+class Agent(CpusetDuty, SpareDuty):
     """The agent's state between intervals: its job records and its mechanisms (node-sharing
-    cpusets: :class:`~cosched_node.cpuset_duty.CpusetDuty`)."""
+    cpusets: :class:`~cosched_node.cpuset_duty.CpusetDuty`; spare capacity:
+    :class:`~cosched_node.spare_duty.SpareDuty`)."""
 
     def __init__(self, config: NodeConfig, state_dir: str, view: SlotView, probe, log: Log,
                  manager: Optional[resctrl.ResctrlManager] = None, profile_dir: Optional[str] = None,
                  perf: Optional[PerfSampler] = None, kill_grace_s: float = 5.0, interval_s: float = 10.0,
                  proc_root: str = "/proc", starter_uid: int = 0,
                  cgroups: Optional[cpusets.CgroupCpusets] = None, nvidia_smi: Optional[gpu_watch.NvidiaSmi] = None,
-                 mps: Optional[gpu_watch.MpsControl] = None, hold_grace_s: float = 120.0) -> None:
+                 mps: Optional[gpu_watch.MpsControl] = None, hold_grace_s: float = 120.0,
+                 spare_cgroups: Optional[SpareCgroups] = None) -> None:
         self.config, self.state_dir, self.view, self.probe, self.log = config, state_dir, view, probe, log
         self.cgroups = cgroups if config.node_slot is not None else None
         self._cpuset_problem: Optional[str] = "not probed yet"
@@ -92,6 +99,7 @@ class Agent(CpusetDuty):
         for problem in problems:
             log(problem)
         self._view_error: Optional[str] = None
+        self.init_spare(spare_cgroups)
 
     # -- the startd's claims, matched to live starters
 
@@ -130,6 +138,7 @@ class Agent(CpusetDuty):
 
     def ended(self, record: Running, now: float) -> None:
         claim = record.claim
+        self.spare_ended(record)
         where = f"{claim.device or claim.slot}"
         self.log(f"job {claim.job} on {where} ended" + (f": units {placement.format_ranges(record.units)} released"
                                                          if record.units else ""))
@@ -210,6 +219,9 @@ class Agent(CpusetDuty):
             if record.cpus is None:
                 self.start_shared(record, table)
             self.save()
+        elif self.is_spare(record):
+            self.start_spare(record, table)   # Refused where no cgroup can confine it
+            self.save()
         elif not record.is_device:
             self.save()
         return self.reply(record)
@@ -244,6 +256,8 @@ class Agent(CpusetDuty):
             cpus = cpusets.format_cpu_list(record.cpus) if record.cpus else None
             return {"status": "ok", "kind": kind, "slot": claim.slot, "cpus": cpus,
                     "threads": len(record.cpus) if record.cpus else None}
+        if self.is_spare(record):
+            return self.spare_reply(record)
         if record.is_gpu:
             return {"status": "ok", "kind": "gpu", "slot": claim.slot,
                     "gpus": [[g.index, g.memory_mb, g.compute] for g in claim.gpus]}
@@ -276,6 +290,10 @@ class Agent(CpusetDuty):
             self.watch_spread(table, now)
         except (OSError, StateError) as exc:
             self.log(f"spread jobs not managed this interval: {exc.strerror or exc}")
+        try:
+            self.manage_spare(table, now)
+        except Exception as exc:   # one bad interval never stops the agent
+            self.log(f"spare capacity not managed this interval: {exc.__class__.__name__}: {exc}")
         published = self.publish(now, used)
         self.publish_cpusets(now)
         self.save()
@@ -436,14 +454,17 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--probe", choices=("auto", "file", "sysfs", "micsmc"), default="auto",
                         help="device memory probe (auto: micsmc when the node has devices and it is on PATH)")
     parser.add_argument("--probe-dir")
-    parser.add_argument("--interval", type=float, default=10.0)
+    parser.add_argument("--interval", type=float, default=None,
+                        help=f"seconds between intervals (default {SPARE_INTERVAL_S:g} on a node with a spare slot, "
+                             "else 10)")
     parser.add_argument("--kill-grace", type=float, default=5.0)
     parser.add_argument("--hold-grace", type=float, default=120.0,
                         help="seconds a job stopped over its memory waits for the startd to hold it before it is killed")
     parser.add_argument("--resctrl-root", default="/sys/fs/resctrl",
                         help="resctrl mount point (a directory laid out as resctrl in tests)")
     parser.add_argument("--cgroup-root", default="/sys/fs/cgroup",
-                        help="cgroup v2 mount point: cpusets of node-slot claims and guests (node-sharing nodes)")
+                        help="cgroup root: v2 mount point (cpusets of node-slot claims and guests), or v1 hierarchies' "
+                             "parent (spare-capacity groups)")
     parser.add_argument("--profile-dir", default=None,
                         help="profile store: run records go to DIR/runs/<program>/<job>.json")
     parser.add_argument("--perf", default="auto",
@@ -459,6 +480,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 
 def build(args: argparse.Namespace, config: NodeConfig, state_dir: str, log: Log) -> Agent:
     """The agent its arguments describe, on ``config`` and ``state_dir``; ConfigError for a bad one."""
+    if args.interval is None:
+        args.interval = SPARE_INTERVAL_S if config.spare_slot is not None else 10.0
     if not 0.1 <= args.interval <= 3600 or not 0 <= args.kill_grace <= 300 or not 0.01 <= args.perf_sample <= 60 \
             or not 0 <= args.hold_grace <= 3600:
         raise ConfigError("--interval must be in [0.1, 3600] s, --kill-grace in [0, 300] s, --hold-grace in "
@@ -498,7 +521,8 @@ def build(args: argparse.Namespace, config: NodeConfig, state_dir: str, log: Log
             f"MPS control {control or 'absent'}")
     return Agent(config, state_dir, view, probe, log, manager, args.profile_dir,
                  make_perf(args.perf, args.perf_sample, log), args.kill_grace, args.interval, cgroups=cgroups,
-                 nvidia_smi=nvidia_smi, mps=mps, hold_grace_s=args.hold_grace)
+                 nvidia_smi=nvidia_smi, mps=mps, hold_grace_s=args.hold_grace,
+                 spare_cgroups=SpareCgroups(args.cgroup_root) if config.spare_slot is not None else None)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

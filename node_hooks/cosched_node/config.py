@@ -221,6 +221,11 @@ class NodeConfig:
         """The overlapping "guest" slot of a node-sharing node, or None."""
         return next((s for s in self.slots if s.kind == "guest"), None)
 
+    @property
+    def spare_slot(self) -> Optional[SlotConfig]:
+        """The overlapping "spare" slot of paper 003's spare-capacity jobs, or None."""
+        return next((s for s in self.slots if s.kind == "spare"), None)
+
 
 def _cfg_int(obj: Dict[str, Any], key: str, low: int, high: int, where: str) -> int:
     value = obj.get(key)
@@ -279,6 +284,10 @@ def parse_node_config(obj: Any) -> NodeConfig:
             if cores < 1 or memory_mb < 1:
                 raise ConfigError(f"{where}: a gpu-node slot needs 'cores' and 'memory_mb' >= 1")
             slots.append(SlotConfig(slot_id, kind, cores, memory_mb))
+        elif kind == "spare":
+            if cores < 1 or memory_mb < 1:
+                raise ConfigError(f"{where}: a spare slot needs 'cores' and 'memory_mb' >= 1")
+            slots.append(SlotConfig(slot_id, kind, cores, memory_mb))
         elif kind == "guest":
             factor = raw.get("sharing_factor")
             if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) \
@@ -293,6 +302,7 @@ def parse_node_config(obj: Any) -> NodeConfig:
     if len(set(ids)) != len(ids) or len(set(names)) != len(names) or len(set(cache_ids)) != len(cache_ids):
         raise ConfigError("node config: duplicate slot id, device name or cache id")
     _check_node_sharing(slots)
+    _check_spare(slots)
     cores = _cfg_int(obj, "cores", 0, 100000, "node config")
     if any(s.kind == "node" and s.cores > cores for s in slots):
         raise ConfigError("node config: the node slot has more cores than the node")
@@ -384,6 +394,23 @@ def _check_node_sharing(slots: List[SlotConfig]) -> None:
         raise ConfigError("node config: a node-sharing node (node slot) has no socket slots")
     if guests and (guests[0].cores, guests[0].memory_mb) != (nodes[0].cores, nodes[0].memory_mb):
         raise ConfigError("node config: the guest slot's cores and memory_mb must equal the node slot's")
+
+
+def _check_spare(slots: List[SlotConfig]) -> None:
+    """At most one "spare" slot (paper 003), the last, on a socket or node-sharing node, of at
+    most the cores and memory of the node's CPU slots (socket slots, or the node slot) that it
+    overlaps."""
+    spares = [s for s in slots if s.kind == "spare"]
+    if not spares:
+        return
+    if len(spares) > 1 or slots[-1].kind != "spare":
+        raise ConfigError("node config: at most one spare slot, and it is the last slot")
+    real = [s for s in slots if s.kind in ("socket", "node")]
+    if not real or any(s.kind == "gpu-node" for s in slots):
+        raise ConfigError("node config: a spare slot needs socket slots or a node slot (not on a GPU node)")
+    spare = spares[0]
+    if spare.cores > sum(s.cores for s in real) or spare.memory_mb > sum(s.memory_mb for s in real):
+        raise ConfigError("node config: the spare slot has more cores or memory than the node's socket / node slots")
 
 
 def check_trusted_path(path: str, trusted_uid: int = TRUSTED_UID) -> str:

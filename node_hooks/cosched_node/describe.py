@@ -75,6 +75,7 @@ class Overrides:
     mps_log_directory: str = DEFAULT_MPS_LOG_DIRECTORY
     single_account: bool = False
     state_dir: Optional[str] = None
+    spare_capacity: bool = False      # paper 003: add the spare slot (socket and node-sharing nodes)
 
 
 FIELDS = tuple(f.name for f in fields(Overrides))
@@ -145,7 +146,7 @@ def parse_overrides(raw: Dict[str, Any], ini: bool = False) -> Overrides:
             values[key] = _bandwidths(value, ini)
         elif key in ("sharing_factor", "gpu_compute_overcommit"):
             values[key] = _number(key, value, ini)
-        elif key == "single_account":
+        elif key in ("single_account", "spare_capacity"):
             values[key] = _flag(key, value, ini)
         else:
             values[key] = _count(key, value, ini)
@@ -297,6 +298,8 @@ def build_config(hw: Hardware, overrides: Overrides, fqdn: str, warn: Warn) -> D
     node, domain = node_and_domain(overrides, fqdn)
     role = resolve_role(overrides.role, hw)
     _warn_unused(overrides, role, hw, warn)
+    if overrides.spare_capacity and role not in ("socket", "node-sharing"):
+        raise DescribeError(f"overrides: 'spare_capacity' is for socket and node-sharing nodes, not a {role} node")
     cores, memory_mb = hw.cores - overrides.reserved_cores, hw.memory_mb - overrides.reserved_memory_mb
     if cores < 1:
         raise DescribeError(f"overrides: 'reserved_cores' {overrides.reserved_cores} leaves no core of {hw.cores}")
@@ -339,6 +342,10 @@ def build_config(hw: Hardware, overrides: Overrides, fqdn: str, warn: Warn) -> D
                           "cores": overrides.device_host_cores, "memory_mb": overrides.device_host_memory_mb,
                           "device_memory_mb": card.memory_mb, "hardware_threads": card.hardware_threads,
                           "device_kind": phi_kind_json()})
+        if overrides.spare_capacity:
+            cpu_slots = [s for s in slots if s["kind"] in ("socket", "node")]
+            slots.append({"slot_id": len(slots) + 1, "kind": "spare", "cores": sum(s["cores"] for s in cpu_slots),
+                          "memory_mb": sum(s["memory_mb"] for s in cpu_slots)})
         config = {"node": node, "domain": domain, "cores": cores, "memory_mb": memory_mb, "slots": slots}
     if overrides.state_dir:
         config["state_dir"] = overrides.state_dir

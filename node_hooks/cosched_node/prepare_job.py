@@ -20,7 +20,9 @@ which its cgroup's cpuset holds) and a guest of the guest slot ``OMP_NUM_THREADS
 ``COSCHED_CPUS`` (the k CPUs it takes of its mate's), both also as ``CoSchedCpus``; the
 agent refuses a guest whose mate is not running here, already hosts a guest, or would
 oversubscribe memory, and a node-slot job that needs CPUs lent to a guest (exit 3). A node-slot
-job whose agent is unreachable starts without a cpuset (it opted into nothing). On a GPU node
+job whose agent is unreachable starts without a cpuset (it opted into nothing). A job of a spare
+slot (paper 003) starts only once the agent confined its starter in a cgroup (refused, exit 3,
+where no cgroup is usable; exit 5 when the agent is unreachable). On a GPU node
 (issue 13) a job holding GPUs gets CUDA_VISIBLE_DEVICES (their uuids), CUDA_MPS_PIPE_DIRECTORY,
 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT from its dynamic slot's
 CoSchedGPU<k>Memory / Compute, once the agent lets it start (refused, exit 3: a GPU's memory
@@ -343,6 +345,15 @@ def prepare(argv: Sequence[str], env: Dict[str, str], stdin, ask) -> Tuple[List[
     slot = config.slot(int(rules.SLOT_NAME_RE.match(short_slot + "@").group(2)))  # resolve_slot matched it
     if slot is not None and slot.kind == "gpu-node":
         return gpu_lines(job_ad, machine_ad, config, state_dir, ask), f"GPU node {config.node} ({short_slot})"
+    if device is None and slot is not None and slot.kind == "spare":
+        merge_environment(job_ad, [])
+        try:
+            reply = ask_agent(state_dir, ask)     # unreachable (StateError): refused, never unconfined
+        except Refusal as exc:
+            raise Refusal(exc.code, str(exc), "") from None
+        if reply.get("kind") != "spare":
+            raise Refusal(EXIT_NO_STATE, "the node agent does not know this start as one in the spare slot")
+        return [], f"spare slot {config.node} ({short_slot})"
     if device is None and slot is not None and slot.kind in ("node", "guest"):
         return shared_lines(job_ad, slot, state_dir, ask), f"{slot.kind} slot {config.node} ({short_slot})"
     if device is None:

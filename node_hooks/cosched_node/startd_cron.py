@@ -13,12 +13,28 @@ Runs periodically as condor's user.  Prints
                            cpusets (DIR/cpusets.json "usable"): the sidecar pins guests only there
   CoSchedLentCpus          (nodes with a node slot) CPUs guests keep after their mate ended, which
                            no node-slot start may take (START: RequestCpus <= Cpus - CoSchedLentCpus)
+On a node with a spare slot (paper 003), from the agent's DIR/spare.json (every value checked;
+a missing, stale or malformed file publishes a node that offers nothing):
+  CoSchedSpareUsable       true when the agent is alive (heartbeat and spare.json fresher than
+                           --max-age), can confine spare jobs (a writable cgroup v1 or v2) and has
+                           an estimate (at least 12 samples)
+  CoSchedSpareProblem      why not, when not usable
+  CoSchedSpareCpus         C - (Q + xi) of the primaries' cores in use, in [0, C] (0.0 when not usable)
+  CoSchedSpareMemory       M - (Q + xi) of the primaries' memory (anon + shmem), MB, in [0, M] (0 when
+                           not usable)
+  CoSchedSpareConfidence   the estimate's confidence (0.8)
+  CoSchedSpareSamples      the samples in the estimate's window
+  CoSchedSpareUpdated      unix seconds of the agent's estimate
+  CoSchedSpareEvict_<slot> "<job> <reason>": a spare job on that (dynamic) slot of the spare slot the
+                           agent asks the startd to vacate (config.d/20 preempts it, no hold: it goes
+                           back to idle), e.g. when its memory must shrink below what it uses
 Exit codes: 0 facts printed; 2 node config invalid (prints only CoSchedNodeConfigOK = false).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import shutil
@@ -137,7 +153,68 @@ def facts(config: NodeConfig, state_dir: str, micinfo_text: Optional[str],
         text = SAFE_TEXT_RE.sub("", f"{name_of(newest)} {newest['reason']}")[:200]
         lines.append(format_line("CoSchedLastKill", text))
     lines += over_limit_lines(killed_dir, names, now)
+    alive = beat_time is not None and 0 <= now - beat_time <= max_age_s
+    lines += spare_lines(config, state_dir, alive, now, max_age_s)
     return lines
+
+
+def _real(obj: dict, key: str, low: float, high: float) -> Optional[float]:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not low <= value <= high:
+        return None
+    return float(value)
+
+
+def spare_lines(config: NodeConfig, state_dir: str, alive: bool, now: float, max_age_s: float) -> List[str]:
+    """The ``CoSchedSpare*`` lines (module docstring) from the agent's DIR/spare.json."""
+    slot = config.spare_slot
+    if slot is None:
+        return []
+    spare = _read_json(state_dir, "spare.json")
+    values = None
+    updated = _number(spare, "updated") if spare else None
+    if not alive:
+        problem = "the node agent is not alive"
+    elif spare is None:
+        problem = "the node agent publishes no spare capacity (no spare.json)"
+    elif updated is None or not 0 <= now - updated <= max_age_s:
+        problem = "the node agent's spare capacity is stale"
+    else:
+        values = (_real(spare, "cpus", 0, slot.cores), _number(spare, "memory_mb"),
+                  _real(spare, "confidence", 0.5, 0.999999), _number(spare, "samples"))
+        problem = None
+        if any(v is None for v in values) or values[1] > slot.memory_mb or not isinstance(spare.get("usable"), bool):
+            problem, values = "the node agent's spare.json holds invalid values", None
+        elif spare["usable"] is not True:
+            text = spare.get("problem")
+            problem = SAFE_TEXT_RE.sub("", text)[:200] if isinstance(text, str) and text else "not usable"
+    lines = [format_line("CoSchedSpareUsable", problem is None)]
+    if problem is not None:
+        lines.append(format_line("CoSchedSpareProblem", problem))
+    cpus, memory_mb, confidence, samples = values if values and problem is None else (0.0, 0, None, None)
+    lines += [format_line("CoSchedSpareCpus", float(cpus)), format_line("CoSchedSpareMemory", int(memory_mb))]
+    if values is not None:
+        lines += [format_line("CoSchedSpareConfidence", values[2]), format_line("CoSchedSpareSamples", values[3]),
+                  format_line("CoSchedSpareUpdated", updated)]
+        lines += spare_evict_lines(spare.get("evict"), slot.slot_id)
+    return lines
+
+
+def spare_evict_lines(entries: object, spare_slot_id: int) -> List[str]:
+    """``CoSchedSpareEvict_<slot> = "<job> <reason>"`` for each spare job the agent asks the
+    startd to vacate: only dynamic slots of the spare slot, names the agent writes."""
+    out: Dict[str, str] = {}
+    for entry in entries[:256] if isinstance(entries, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        slot, job, reason = entry.get("slot"), entry.get("job"), entry.get("reason")
+        match = SHORT_SLOT_RE.match(slot) if isinstance(slot, str) else None
+        if not match or match.group(1) is None or not slot.startswith(f"slot{spare_slot_id}_") \
+                or not isinstance(job, str) or not re.match(r"^\d{1,12}\.\d{1,9}$", job) or not isinstance(reason, str):
+            continue
+        out[slot] = f"{job} {SAFE_TEXT_RE.sub('', reason)[:200]}"
+    return [format_line(f"CoSchedSpareEvict_{slot}", out[slot]) for slot in sorted(out)]
 
 
 #: How long a stop stays published for the startd's hold policy (the agent kills a job not

@@ -81,14 +81,17 @@ def test_discovered_slot_types_match_the_inventory_layout(node):
             assert lines[f"NODE7.SLOT{i}_CoSchedNodeSlot"] == "True"
         elif slot.kind is SlotKind.GUEST:
             assert lines[f"NODE7.SLOT{i}_CoSchedGuestSlot"] == "True"
+        elif slot.kind is SlotKind.SPARE:
+            assert lines[f"NODE7.SLOT{i}_CoSchedSpareSlot"] == "True"
         elif slot.kind is SlotKind.GPU_NODE:
             assert lines[f"NODE7.SLOT{i}_CoSchedGPUNode"] == "True"
             assert lines[f"NODE7.SLOT{i}_CoSchedGPUCount"] == str(len(slot.gpus))
             assert [lines[f"NODE7.SLOT{i}_CoSchedGPU{g.index}Uuid"] for g in slot.gpus] == [f'"{g.uuid}"' for g in slot.gpus]
         else:
             assert lines[f"NODE7.SLOT{i}_LLCCacheId"] == str(slot.cache_id)
-    # a guest slot overlaps its node slot: the machine counts its cores and memory twice
-    guest = [s.total for s in slots if s.kind is SlotKind.GUEST]
+    # a guest slot overlaps its node slot, a spare slot the socket slots: the machine counts
+    # their cores and memory twice
+    guest = [s.total for s in slots if s.kind in (SlotKind.GUEST, SlotKind.SPARE)]
     assert int(lines["NODE7.NUM_CPUS"]) == node.cores + sum(g.cpus for g in guest)
     assert int(lines["NODE7.MEMORY"]) == node.memory_mb + sum(g.memory_mb for g in guest)
     for resource in ("PhiMemory", "PhiThreads", "LLCWays", "MemBW"):

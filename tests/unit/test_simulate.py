@@ -140,7 +140,8 @@ CPU_POLICIES = {"ce", "cs", "sns", "sns-global"}
 
 
 @pytest.mark.parametrize("policy", [p for p in policy_names() if p not in CPU_POLICIES
-                                    and p not in policy_names(PolicyKind.NODE)])  # test_sd_cli.py
+                                    and p not in policy_names(PolicyKind.NODE)      # test_sd_cli.py
+                                    and p not in policy_names(PolicyKind.SPARE)])   # test_hybrid003.py
 def test_same_seed_gives_byte_identical_json_for_every_device_policy(policy):
     args = ["--workload", "phi-normal", "--jobs", "30", "--nodes", "2", "--policy", policy,
             "--seed", "7", "--cycle-s", "5", "--json"]

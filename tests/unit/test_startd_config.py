@@ -206,3 +206,13 @@ def test_a_job_the_agent_stopped_over_its_memory_is_held_with_the_reason_only_on
         assert _policy("WANT_HOLD").eval(scope=other, target=job) is False
         assert _policy("PREEMPT").eval(scope=other, target=job) is False
         assert _policy("MAXJOBRETIREMENTTIME").eval(scope=other, target=job) == 0
+
+
+def test_the_sidecar_can_evaluate_start_well_within_its_cost_bound():
+    """The sidecar evaluates each slot's START (eligibility) only within ``expression_cost``'s
+    bound; a START past it leaves every slot of the pool unplanned (one pin test per kind of
+    slot, with its two regular expressions, passed it). Half the bound: the slot's own
+    Requirements adds HTCondor's terms, and the pool's START its own."""
+    from condor_sched.expression_cost import MAX_EXPRESSION_COST, expression_cost_problem
+
+    assert expression_cost_problem([("START", str(START))], limit=MAX_EXPRESSION_COST // 2, dynamic=True) is None

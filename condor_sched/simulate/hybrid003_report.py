@@ -1,0 +1,224 @@
+"""The "Spare capacity (paper 003)" section of docs/results.md, for ``scripts/reproduce``.
+
+Each run is one task of the reproduction's process pool: ``(nodes, policy, seed)``. The
+published figures are paper 003's Tables I and II (Section IV-C).
+"""
+from __future__ import annotations
+
+import statistics
+from functools import lru_cache
+from typing import Any
+
+from condor_sched.simulate.hybrid003 import POLICIES, SPARE_POLICIES, RunResult, metrics, run_policy, walltime
+from condor_sched.simulate.hybrid003_model import calibrate
+from condor_sched.simulate.hybrid003_workload import APPS, ARRIVALS, HPC_JOBS, SIZES
+
+SEEDS = tuple(range(1, 11))
+QUICK_SEEDS = tuple(range(1, 4))
+#: Table II (paper 003): makespan (s), CPU utilisation, missed deadlines.
+PAPER_II = {"vanilla": (12972, 0.69, 0.0), "collocated": (21652, 0.90, 0.43), "hybrid": (11380, 0.84, 0.0)}
+#: Table I's HPC walltime against vanilla (its HPC rows, +14%) and the text's (+9%).
+PAPER_HPC_WALLTIME = "+14% (Table I's HPC rows), +13% (its Average row), +9% (Section IV-C's text)"
+GOAL_MAKESPAN_OF_VANILLA = 0.85
+GOAL_UTILIZATION = 0.84
+GOAL_HPC_WALLTIME = 0.05
+GOAL_GUEST_OVER_KOORD = 1.2
+
+
+def tasks(quick: bool) -> list[tuple[int, str, int]]:
+    seeds = QUICK_SEEDS if quick else SEEDS
+    return [(n, p, s) for n in SIZES for p in POLICIES for s in seeds]
+
+
+@lru_cache(maxsize=None)
+def _vanilla(nodes: int, seed: int) -> RunResult:
+    return run_policy(nodes, "vanilla", seed)
+
+
+def run(task: tuple[int, str, int]) -> tuple[tuple[int, str, int], dict[str, Any]]:
+    """One run's ``--json`` keys and what the section adds: HPC walltime against vanilla as
+    Table I compares it (mean over mean), reclaimed core-hours (DI CPU on nodes that held a
+    primary), DI mean turnaround, HPC jobs killed, each application's mean walltime."""
+    nodes, policy, seed = task
+    vanilla = _vanilla(nodes, seed)
+    result = vanilla if policy == "vanilla" else run_policy(nodes, policy, seed)
+    out: dict[str, Any] = dict(metrics(result, vanilla))
+    hpc = [j for j in result.jobs if j.hpc]
+    di = [j for j in result.jobs if not j.hpc]
+    out["hpc_walltime_ratio"] = (sum(walltime(result, j.index) for j in hpc)
+                                 / sum(walltime(vanilla, j.index) for j in hpc) - 1)
+    out["reclaimed_core_hours"] = sum(result.outcomes[j.index].reclaimed_s for j in di) / 3600
+    out["di_turnaround_s"] = statistics.mean(result.outcomes[j.index].ended_s - j.arrival_s for j in di)
+    out["hpc_killed"] = sum(result.outcomes[j.index].killed for j in hpc)
+    out["app_walltime_s"] = {a: [walltime(result, j.index) for j in result.jobs if j.app == a] for a in APPS}
+    return task, out
+
+
+def _stat(results: dict, nodes: int, policy: str, key: str, seeds) -> tuple[float, float]:
+    xs = [results[(nodes, policy, s)][key] for s in seeds]
+    return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+
+def _fmt(mean_sd: tuple[float, float], form: str) -> str:
+    m, sd = mean_sd
+    if form == "pct":
+        return f"{m:.0%} ± {sd:.0%}"
+    if form == "spct":
+        return f"{m:+.1%} ± {sd:.1%}"
+    return f"{m:.0f} ± {sd:.0f}" if form == "int" else f"{m:.2f} ± {sd:.2f}"
+
+
+def section(results: dict, quick: bool) -> list[str]:
+    """The section's lines: the paper's numbers beside ours, means ± standard deviations over seeds."""
+    seeds = QUICK_SEEDS if quick else SEEDS
+    st = lambda n, p, k: _stat(results, n, p, k, seeds)  # noqa: E731
+    k = calibrate()
+    L = ["## Spare capacity (paper 003)\n"]
+    L.append(f"`condor-sched simulate --workload hybrid-003 --nodes 4|8|16 --policy {'|'.join(POLICIES)} --seed S "
+             f"--json`, seeds {seeds[0]}-{seeds[-1]}{' (quick mode: the full run has 10)' if quick else ''}; "
+             "means ± standard deviations over the seeds. Clusters of 4, 8 and 16 nodes of 32 cores with "
+             f"{', '.join(str(ARRIVALS[n]) for n in SIZES)} arrivals, of them "
+             f"{', '.join(str(HPC_JOBS[n]) for n in SIZES)} HPC (Montage, NEK5000, BLAST) and the rest data-intensive "
+             "(Statistics, Synthetic), as Section IV-A; run times from Table I's vanilla walltimes, requested times "
+             "rounded up to the half-hour (Section IV), time steps of 5 s.\n")
+    L.append("Stand-ins for what the text leaves open (each documented in `condor_sched/simulate/hybrid003_workload.py`): "
+             "Poisson arrivals at twice the rate the cluster serves them (for the Cirne model with Argonne's pattern), "
+             "job sizes weighted 1 / cores (for its small-job bias: Table II's vanilla row implies about 60 cores per job), "
+             "run times Table I's mean x U(0.95, 1.05) (each application ran one input, so its run time hardly varies), each application's CPU stages (busy parallel and one-core "
+             "sequential stages) and memory. Interference (`hybrid003_model.py`): fair CPU shares without control, the "
+             "idle class under the spare mode, and a shared-resource factor 1 / (1 + k x own share x co-runner's share) "
+             "with k per application calibrated to Table I's collocated / vanilla walltimes (never to its hybrid column): "
+             + ", ".join(f"{a} {v:.2f}" for a, v in k.items())
+             + ". Where k is 0 the fair CPU share alone already slows that application more than Table I says.\n")
+    L.append("The spare policies run the spare mode's default planner (`spare-spread`) over SPARE slots capped by the "
+             "mode's own `capped`; a DI job of N cores is ceil(N / 32) tasks, each requesting 2 cores (the paper's 5% "
+             "floor) and using up to its width within the node's cap max(5% C, C - max(estimate, live use)), the "
+             "estimate `hybrid`: Q + xi of `cosched_node.insight` (Algorithm 1, the node agent's code), `koordinator`: "
+             "its safety margin (40% of CPU) plus the primaries' 300 s mean, `autopilot`: p95 of each primary's "
+             "decaying histogram (half-life 12 h) + 10%; 1-minute samples (Algorithm 1's), the cap's live term every "
+             "5 s.\n")
+    L.append("### Table II, 16 nodes\n")
+    L.append("| Queue | makespan (s) ours | paper | CPU utilisation ours | paper | missed deadlines ours | paper |")
+    L.append("|---|---|---|---|---|---|---|")
+    for p in POLICIES:
+        paper = PAPER_II.get(p)
+        L.append(f"| {p} | {_fmt(st(16, p, 'makespan_s'), 'int')} | {paper[0] if paper else '-'} | "
+                 f"{_fmt(st(16, p, 'cpu_utilization'), 'pct')} | {f'{paper[1]:.0%}' if paper else '-'} | "
+                 f"{_fmt(st(16, p, 'missed_deadlines'), 'pct')} | {f'{paper[2]:.0%}' if paper else '-'} |")
+    L.append("")
+    L.append("Table II's caption says its makespans are averages over queues; the issue reads them as the 16-node "
+             "figures, as we do here. Every size:\n")
+    L.append("| nodes | policy | makespan (s) | vs vanilla | CPU utilisation | missed deadlines | HPC walltime vs vanilla "
+             "| primary_slowdown | mean wait (s) |")
+    L.append("|---|---|---|---|---|---|---|---|---|")
+    for n in SIZES:
+        base = st(n, "vanilla", "makespan_s")[0]
+        for p in POLICIES:
+            ms = st(n, p, "makespan_s")
+            L.append(f"| {n} | {p} | {_fmt(ms, 'int')} | {ms[0] / base - 1:+.1%} | {_fmt(st(n, p, 'cpu_utilization'), 'pct')} "
+                     f"| {_fmt(st(n, p, 'missed_deadlines'), 'pct')} | {_fmt(st(n, p, 'hpc_walltime_ratio'), 'spct')} "
+                     f"| {_fmt(st(n, p, 'primary_slowdown'), 'spct')} | {_fmt(st(n, p, 'mean_wait_s'), 'int')} |")
+    L.append("")
+    L.append(f"Paper: HPC walltime against vanilla {PAPER_HPC_WALLTIME}; collocated +67% makespan, 43% missed.\n")
+    L.append("### Per application, 16 nodes: mean walltime (s) over all seeds\n")
+    L.append("| application | vanilla ours | paper | collocated ours | paper | hybrid ours | paper |")
+    L.append("|---|---|---|---|---|---|---|")
+    for a, app in APPS.items():
+        cells = []
+        for p, paper in (("vanilla", app.vanilla_s), ("collocated", app.collocated_s), ("hybrid", app.hybrid_s)):
+            xs = [w for s in seeds for w in results[(16, p, s)]["app_walltime_s"][a]]
+            cells.append(f"{statistics.mean(xs):.0f} | {paper:.0f}")
+        L.append(f"| {a} | " + " | ".join(cells) + " |")
+    L.append("")
+    L.append("A job killed at its requested time counts its requested time as walltime; Table I's collocated walltimes "
+             "(e.g. NEK5000 13005 s) exceed any requested time Section IV's rounding gives, so the paper's collocated "
+             "jobs were not all stopped at their limits.\n")
+    L.append("### The estimators on the same spare mode\n")
+    L.append("`guest_core_hours` counts every CPU-second of the DI jobs; as every DI job completes under every policy "
+             "it is the same for all (the DI work is fixed). What an estimator reclaims shows in the CPU the DI tasks "
+             "got on nodes that held a primary job (reclaimed core-hours) and in the DI jobs' turnaround.\n")
+    L.append("| nodes | policy | guest_core_hours | reclaimed core-hours | DI mean turnaround (s) | primary_slowdown "
+             "| HPC jobs killed (per run) | makespan (s) |")
+    L.append("|---|---|---|---|---|---|---|---|")
+    for n in SIZES:
+        for p in ("vanilla", *SPARE_POLICIES):
+            L.append(f"| {n} | {p} | {_fmt(st(n, p, 'guest_core_hours'), 'f')} | "
+                     f"{_fmt(st(n, p, 'reclaimed_core_hours'), 'f')} | {_fmt(st(n, p, 'di_turnaround_s'), 'int')} | "
+                     f"{_fmt(st(n, p, 'primary_slowdown'), 'spct')} | {_fmt(st(n, p, 'hpc_killed'), 'f')} | "
+                     f"{_fmt(st(n, p, 'makespan_s'), 'int')} |")
+    L.append("")
+    L.extend(_goals(st))
+    L.extend(_why(st))
+    return L
+
+
+def _why(st) -> list[str]:
+    """What the numbers say about the model and the goals."""
+    util = {p: st(16, p, "cpu_utilization")[0] for p in POLICIES}
+    slow = {p: st(16, p, "primary_slowdown")[0] for p in SPARE_POLICIES}
+    reclaim = {p: st(16, p, "reclaimed_core_hours")[0] for p in SPARE_POLICIES}
+    turn = {p: st(16, p, "di_turnaround_s")[0] for p in ("vanilla", *SPARE_POLICIES)}
+    k = calibrate()
+    return [
+        "### Where we land, and why\n",
+        f"- Utilisation. Our vanilla uses {util['vanilla']:.0%} of the CPU against the paper's 69%: the stand-in "
+        "stages give the HPC jobs a mean use of 47% (Montage) to 80% (NEK5000) of their cores, and the text gives "
+        f"no figure to set them by. Hybrid adds {(util['hybrid'] - util['vanilla']) * 100:+.0f} points (the paper +15), so "
+        "84% is out of reach of a model whose primaries leave this much idle while spare tasks may take only what "
+        "their estimate leaves.",
+        "- HPC walltime and deadlines. The CPU cap protects the primaries' CPU (the spare tasks are in the idle "
+        "class and capped at C - max(Q + xi, live use)); what slows them is shared caches, bandwidth and network, "
+        f"which Table I's collocated column says are severe for Montage and NEK5000 (k {k['montage']:.1f} and "
+        f"{k['nek5000']:.1f}): a spare task using the 30% of a node Montage leaves idle in its parallel stages "
+        f"slows it {1 + k['montage'] * 0.7 * 0.3:.2f}x (1 + k x 0.7 x 0.3) while both run. Our hybrid Montage and NEK5000 walltimes come out near the "
+        "paper's hybrid column (which we never fit), BLAST's below it (its k is 0: Table I's collocated BLAST is "
+        "slowed less than a fair CPU share predicts). A multi-node HPC job runs at its slowest node's pace, and "
+        "those slowed past their half-hour slack are killed: the paper reports none, with a +9% to +14% walltime. "
+        "The issue's +5% would need a cap that also answers the primaries' sensitivity to interference, which "
+        "Algorithm 1 (CPU utilisation only) does not measure.",
+        "- Collocated. Our collocated Slurm is faster than vanilla, not 67% slower: a job killed at its limit "
+        "stops taking the node, and the calibration assumes a job shares its node all its life, which the "
+        "two-jobs-per-node rule gives only part of the time. The paper's collocated walltimes exceed any "
+        "requested time its rounding gives, so its jobs ran past their limits; the text does not say how.",
+        f"- The estimators. At 16 nodes `hybrid` gives the DI tasks {reclaim['hybrid'] / reclaim['koordinator']:.2f}x "
+        f"Koordinator's CPU on busy nodes and {reclaim['hybrid'] / reclaim['autopilot']:.2f}x Autopilot's, "
+        f"and a DI turnaround of {turn['hybrid']:.0f} s against {turn['koordinator']:.0f} s and "
+        f"{turn['autopilot']:.0f} s (vanilla, whole nodes: {turn['vanilla']:.0f} s), at a primary slowdown of "
+        f"{slow['hybrid']:+.1%} against {slow['koordinator']:+.1%} and {slow['autopilot']:+.1%}. Koordinator's "
+        "40% safety margin leaves most of a busy node's idle CPU unused; Autopilot's p95 + 10% per primary is "
+        "near the busy level for any job that is busy more than 5% of its time. What Q + xi (the 80% level) "
+        "reclaims beyond them lies in the primaries' busy stages' leftovers, where the interference is paid. "
+        "`guest_core_hours` as defined counts all of the DI jobs' fixed work, so it is equal across policies "
+        "and cannot show the difference; the reclaimed core-hours do.",
+        "",
+    ]
+
+
+def _goals(st) -> list[str]:
+    L = ["### Goals\n"]
+    ratio = st(16, "hybrid", "makespan_s")[0] / st(16, "vanilla", "makespan_s")[0]
+    util = st(16, "hybrid", "cpu_utilization")[0]
+    missed = st(16, "hybrid", "missed_deadlines")[0]
+    met = lambda ok: "met" if ok else "not met"  # noqa: E731
+    L.append(f"- hybrid makespan <= {GOAL_MAKESPAN_OF_VANILLA} x vanilla at 16 nodes (paper 0.877): {ratio:.3f}, "
+             f"{met(ratio <= GOAL_MAKESPAN_OF_VANILLA)}.")
+    L.append(f"- hybrid utilisation >= {GOAL_UTILIZATION:.0%} (paper 84%): {util:.1%}, {met(util >= GOAL_UTILIZATION)}.")
+    L.append(f"- hybrid 0 missed deadlines (paper 0): {missed:.1%}, {met(missed == 0)}.")
+    col_ms = st(16, "collocated", "makespan_s")[0] / st(16, "vanilla", "makespan_s")[0] - 1
+    col_missed = st(16, "collocated", "missed_deadlines")[0]
+    L.append(f"- collocated in the paper's direction (+67% makespan, 43% missed): {col_ms:+.1%} makespan, "
+             f"{col_missed:.1%} missed.")
+    walls = {n: st(n, "hybrid", "hpc_walltime_ratio")[0] for n in SIZES}
+    L.append(f"- HPC walltime <= +{GOAL_HPC_WALLTIME:.0%} against vanilla at every size (paper +9% to +14%): "
+             + ", ".join(f"{n} nodes {w:+.1%}" for n, w in walls.items())
+             + f", {met(all(w <= GOAL_HPC_WALLTIME for w in walls.values()))}.")
+    for n in SIZES:
+        g_h, g_k = st(n, "hybrid", "guest_core_hours")[0], st(n, "koordinator", "guest_core_hours")[0]
+        r_h, r_k = st(n, "hybrid", "reclaimed_core_hours")[0], st(n, "koordinator", "reclaimed_core_hours")[0]
+        s_h, s_k = st(n, "hybrid", "primary_slowdown")[0], st(n, "koordinator", "primary_slowdown")[0]
+        ok = (g_h >= GOAL_GUEST_OVER_KOORD * g_k and s_h <= s_k) or (g_h >= g_k and s_h <= s_k / 2)
+        L.append(f"- {n} nodes, hybrid against koordinator: guest_core_hours x{g_h / g_k:.2f}, reclaimed core-hours "
+                 f"x{r_h / r_k:.2f}, primary_slowdown {s_h:+.1%} against {s_k:+.1%}: {met(ok)} "
+                 "(>= 1.2x at no higher slowdown, or >= 1x at half of it).")
+    L.append("")
+    return L
