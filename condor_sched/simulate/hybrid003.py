@@ -22,12 +22,45 @@ Policies (Section IV-B's three scenarios, then the field's estimators on the sam
 - ``koordinator`` and ``autopilot``: the same, the estimate from Koordinator's formula or
   Autopilot's decaying histogram (``spare_estimators``).
 
-Samples. The node agent samples every 5 s; the estimators read 1-minute means of those samples
-(Algorithm 1 samples "a growing dataset of 1 minute intervals", Section III-A) and run once a
-minute, which is also the spare mode's planning interval (a negotiation cycle). The live term
-of the cap uses the 5 s sample. A node's stream is its current primaries' summed use, started
-anew when they change (the IE profiles a job from its start, Section III-A); until it holds
-``insight.MIN_SAMPLES`` samples the node admits no spare task and caps the running ones at 5%.
+Samples and estimates: as the live node agent (``cosched_node.spare_duty``), one behaviour for
+the live system and the simulator. Every 5 s step (the agent's ``SPARE_INTERVAL_S``) each node
+takes one sample, its primaries' CPU-seconds over the step over the step's length (a primary
+counted from its second interval on the node, as the agent counts a claim first seen). All
+three estimators read these same samples; each treats a change of the node's primaries (a
+primary job starting or ending there) as its own field does:
+
+- ``hybrid`` keeps them in an ``insight.UsageStream`` of the agent's settings
+  (``InsightSettings()``: a sliding window of 1,800 s, 360 samples) and takes Q + xi as the
+  agent does (``estimate()`` with its fresh ``random.Random(0)``). The stream describes the
+  primaries running now, as the agent's (``SpareDuty.sample_primaries``): when the set of the
+  node's primaries changes it starts anew and the step of the change adds no sample (a new
+  primary's CPU is known from the next one), so for ``insight.MIN_SAMPLES`` samples (a minute)
+  the node has no estimate. A window kept across the change described jobs no longer there:
+  a finished busy job's samples kept a node it had left from offering its cores for up to
+  30 minutes, and an idle node's zeros under a new busy job gave its spare neighbours almost
+  none of the protection its use calls for. An idle node keeps one stream of zeros.
+- ``koordinator`` reads the node's samples as a 300 s mean that slides across a change (its
+  node metric is a window over time, not restarted when pods come or go): a finished
+  primary's samples weigh in for up to 5 minutes, a new one's from its second interval.
+- ``autopilot`` keeps a decaying histogram per primary of that primary's part of each sample
+  (Autopilot's histograms and limits are per job; one histogram of the node's samples, with
+  its 12 h half-life, would hold every past primary's busy level for hours), the node's
+  estimate the running primaries' limits summed: a primary that ends takes its histogram
+  with it, one not sampled yet counts at its cores (Autopilot's first limit is the request).
+
+With no estimate (under ``insight.MIN_SAMPLES`` samples: the run's first minute on every node,
+and under ``hybrid`` the minute after each change of a node's primaries) the agent publishes
+the node not usable (``publish_spare``), so the spare mode admits nothing there, and the cap of
+spare tasks is the 5% floor (``spare_duty.node_limits``, which :func:`spare_estimators.spare_cap`
+calls). The estimates are refreshed once a minute, just before the spare mode plans (its
+negotiation cycle, the only reader of the published offer), where the agent estimates every
+5 s: a BLB over 360 samples costs about 5 ms in pure Python, and every 5 s on every node would
+make a 16-node run take minutes rather than seconds. Two moments are taken as the agent takes
+them, not at the minute: a restarted stream's estimate is dropped at the change, and the
+estimate is made again at the sample that brings the stream back to ``insight.MIN_SAMPLES``
+(so the cap is the floor for exactly those samples). The cap's live term is each 5 s sample,
+as the agent's, so a rise in use still tightens the cap within one interval; a minute's
+staleness of an estimate otherwise moves it little.
 
 Deadlines. A Slurm job (every job under vanilla and collocated, HPC jobs under the spare
 policies) is killed at its requested time (Section IV); spare-capacity tasks, as the paper's
@@ -41,7 +74,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from cosched_node import insight
+from cosched_node import insight, spare_duty
 from condor_sched.model import Job, JobKey, JobStatus, Resources, Slot, SlotKind, SpareCapacity
 from condor_sched.modes.mates.cpu_nodes import NodeCluster, RunningNodeJob, WaitingJob
 from condor_sched.modes.planning import PlanRequest, PlanSettings
@@ -57,14 +90,17 @@ from condor_sched.simulate.spare_estimators import (
     UseEstimator,
     koordinator_batch,
     spare_cap,
+    spare_offer,
 )
 
 POLICIES = ("vanilla", "collocated", "hybrid", "koordinator", "autopilot")
 SPARE_POLICIES = ("hybrid", "koordinator", "autopilot")
-STEP_S = 5.0
-SAMPLE_S = 60.0
-#: Section IV-B: at least 5% of every resource goes to the DI jobs; a task's request.
-FLOOR_SHARE = 0.05
+#: The node agent's interval on a node with a spare slot: a time step, a sample.
+STEP_S = spare_duty.SPARE_INTERVAL_S
+#: The spare mode's planning interval (a negotiation cycle), when the estimates are refreshed.
+PLAN_S = 60.0
+#: Section IV-B: at least 5% of every resource goes to the DI jobs (the agent's floor); a task's request.
+FLOOR_SHARE = spare_duty.FLOOR_SHARE
 TASK_CPUS = math.ceil(FLOOR_SHARE * CORES_PER_NODE)
 SCHEDD = "hybrid-003"
 KEYS = ("makespan_s", "mean_wait_s", "cpu_utilization", "missed_deadlines", "guest_core_hours", "primary_slowdown")
@@ -112,12 +148,13 @@ class RunResult:
         return max(o.ended_s for o in self.outcomes.values()) - min(j.arrival_s for j in self.jobs)
 
 
-def _estimator(policy: str, seed: int, node: int) -> UseEstimator:
+def _estimator(policy: str) -> UseEstimator:
+    """A node's estimator (autopilot: a primary's on one node, module docstring)."""
     if policy == "hybrid":
-        return BlbEstimator(insight.InsightSettings(), seed * 1000 + node)
+        return BlbEstimator(insight.InsightSettings())
     if policy == "koordinator":
         return KoordinatorEstimator(float(CORES_PER_NODE))
-    return AutopilotEstimator(bucket=CORES_PER_NODE / 64)
+    return AutopilotEstimator(bucket=CORES_PER_NODE / 64, min_samples=1)
 
 
 def collocated_starts(now: float, queue: Sequence[HybridJob], placed: Sequence[list[int]],
@@ -180,9 +217,12 @@ class Hybrid003Simulation:
         self.out: dict[int, JobOutcome] = {}
         self.first_start: dict[int, float] = {}
         self.seed = seed
-        self.estimators: dict[tuple[int, tuple[int, ...]], UseEstimator] = {}
+        self.estimators: list[UseEstimator] = ([_estimator(policy) for _ in range(nodes)]
+                                               if self.spare and policy != "autopilot" else [])
+        self.per_primary: dict[tuple[int, int], UseEstimator] = {}     # autopilot: (node, job)
+        self.samples = [0] * nodes            # hybrid: in the node's stream since it (re)started
+        self.primaries: list[frozenset[int]] = [frozenset()] * nodes   # at the last sample
         self.estimate: list[Optional[float]] = [None] * nodes
-        self.bins: dict[tuple[int, tuple[int, ...]], float] = {}
         self.live = [0.0] * nodes
         self.reclaimed: dict[int, float] = {}
         self.slurm = get_policy("backfill")
@@ -224,8 +264,9 @@ class Hybrid003Simulation:
                 spare_mb = int(koordinator_batch(total.memory_mb, primary_mb, KOORD_MEMORY_THRESHOLD_PCT))
             else:
                 spare_mb = total.memory_mb - int(primary_mb * (1.1 if self.policy == "autopilot" else 1.0))
-            spare = (SpareCapacity(0.0, 0, problem="no estimate yet") if used is None else
-                     SpareCapacity(max(0.0, min(CORES_PER_NODE, CORES_PER_NODE - used)), max(0, spare_mb)))
+            spare = (SpareCapacity(0.0, 0, problem=f"no estimate yet: {self.samples[n]} of "
+                                                   f"{insight.MIN_SAMPLES} samples") if used is None else
+                     SpareCapacity(spare_offer(CORES_PER_NODE, used), max(0, spare_mb)))
             slot = Slot(f"slot2@node{n}", f"node{n}", SlotKind.SPARE, total, total - held, spare=spare)
             if spare.problem is None:
                 slots.append(capped(slot, spare))
@@ -288,7 +329,7 @@ class Hybrid003Simulation:
                     run = self.running[j]
                     width = run.job.cores / run.job.nodes
                     want.append(run.share(t == 0) * width)
-                cap = spare_cap(C, self.estimate[n], self.live[n], FLOOR_SHARE)
+                cap = spare_cap(C, self.estimate[n], self.live[n])
                 guest = min(sum(want), cap, max(0.0, C - primary_use[n]))
                 for (j, _), w in zip(self.tasks_on[n], want):
                     share = guest * w / sum(want) if sum(want) > 0 else 0.0
@@ -335,10 +376,12 @@ class Hybrid003Simulation:
             if changed:
                 self._slurm_plan(now)
                 changed = False
-            minute = step % round(SAMPLE_S / STEP_S) == 0
+            minute = step % round(PLAN_S / STEP_S) == 0
             if self.spare and minute:
+                self._refresh()
                 self._spare_plan(now)
             rates, cpu, use = self._rates()
+            sample: dict[tuple[int, int], float] = {}   # each primary's CPU-seconds this step, per node
             for i, run in list(self.running.items()):
                 rate = rates[i]
                 left = run.job.runtime_s - run.done_s
@@ -347,6 +390,9 @@ class Hybrid003Simulation:
                 if now + dt > limit:
                     dt = max(0.0, limit - now)
                 run.done_s += rate * dt
+                if run.nodes and run.started_s < now:   # the agent counts a claim from its second interval
+                    for n in run.nodes:
+                        sample[(n, i)] = use.get((n, i), 0.0) * dt
                 run.cpu_s += cpu[i] * dt
                 run.reclaimed_s += self.reclaimed.get(i, 0.0) * dt
                 run.seg = run.job.segment_at(run.done_s, run.seg)
@@ -359,43 +405,77 @@ class Hybrid003Simulation:
             step += 1
             now = step * STEP_S
             if self.spare:
-                self._sample(now, use, step)
+                self._sample(now, sample)
         return RunResult(tuple(self.order), self.out, self.n, self.policy)
 
-    def _sample(self, now: float, use: dict[tuple[int, int], float], step: int) -> None:
-        """The node agent's 5 s sample (the cap's live term) and the estimators' 1-minute means
-        of the primaries' use: of each node's primaries together (hybrid, koordinator) or of each
-        primary apart (autopilot: its histograms are per job, the node's estimate their limits'
-        sum). A stream starts when its primaries do (the Insight Engine profiles a job from its
-        start, Section III-A); a node without primaries has all its cores spare (koordinator:
-        less its safety margin)."""
-        per_minute = round(SAMPLE_S / STEP_S)
+    def _sample(self, now: float, cpu_s: dict[tuple[int, int], float]) -> None:
+        """The node agent's sample at the end of a step: each node's primaries' CPU-seconds over
+        the step, as cores; the cap's live term and the node's estimator (module docstring).
+        ``hybrid``: the node's stream starts anew when its primaries change, the step adding no
+        sample. Autopilot's histograms take each primary's part of it apart."""
+        node = [0.0] * self.n
+        for (n, _), x in cpu_s.items():
+            node[n] += x
         for n in range(self.n):
-            self.live[n] = sum(use.get((n, i), 0.0) for i in self.placed[n])
+            cores = max(0.0, node[n] / STEP_S)
+            self.live[n] = cores
+            if self.policy == "hybrid":
+                self._sample_hybrid(n, now, cores)
+                continue
+            self.samples[n] += 1
+            if self.policy != "autopilot":
+                self.estimators[n].observe(now, cores)
         if self.policy == "autopilot":
-            keys = [(n, (i,)) for n in range(self.n) for i in self.placed[n]]
-        else:
-            keys = [(n, tuple(sorted(self.placed[n]))) for n in range(self.n) if self.placed[n]]
-        for key in keys:
-            n, on = key
-            self.bins[key] = self.bins.get(key, 0.0) + sum(use.get((n, i), 0.0) for i in on)
-        if step % per_minute:
+            on = {(n, i) for n in range(self.n) for i in self.placed[n]}
+            self.per_primary = {k: e for k, e in self.per_primary.items() if k in on}
+            for key, x in cpu_s.items():
+                if key in on:
+                    est = self.per_primary.get(key)
+                    if est is None:
+                        est = self.per_primary[key] = _estimator(self.policy)
+                    est.observe(now, max(0.0, x / STEP_S))
+
+    def _sample_hybrid(self, n: int, now: float, cores: float) -> None:
+        """``SpareDuty.sample_primaries`` on node ``n``: a change of its primaries restarts the
+        stream, adds no sample and leaves the node without an estimate (the agent's next one is
+        None); the sample that brings the stream back to ``insight.MIN_SAMPLES`` is estimated
+        at once, as the agent estimates every interval."""
+        on = frozenset(self.placed[n])
+        if on != self.primaries[n]:
+            self.primaries[n] = on
+            self.estimators[n] = _estimator(self.policy)
+            self.samples[n] = 0
+            self.estimate[n] = None
             return
-        for key in keys:
-            est = self.estimators.get(key)
-            if est is None:
-                est = self.estimators[key] = _estimator(self.policy, self.seed, key[0])
-            est.observe(now, self.bins.pop(key) / per_minute)
-        alive = set(keys)
-        self.estimators = {k: e for k, e in self.estimators.items() if k in alive}
-        self.bins = {k: v for k, v in self.bins.items() if k in alive}
+        self.estimators[n].observe(now, cores)
+        self.samples[n] += 1
+        if self.samples[n] == insight.MIN_SAMPLES:
+            self.estimate[n] = self._used(n)
+
+    def _used(self, n: int) -> Optional[float]:
+        """Node ``n``'s estimated use; None under ``insight.MIN_SAMPLES`` samples. Autopilot:
+        the sum of its primaries' limits, a primary not sampled yet at its cores on the node
+        (Autopilot's first limit is the job's request)."""
+        if self.policy != "autopilot":
+            return self.estimators[n].used()
+        if self.samples[n] < insight.MIN_SAMPLES:
+            return None
+        total = 0.0
+        for i in self.placed[n]:
+            est = self.per_primary.get((n, i))
+            limit = est.used() if est is not None else None
+            total += float(CORES_PER_NODE) if limit is None else limit
+        return total
+
+    def _refresh(self) -> None:
+        """Each node's estimate, once a minute before planning. Only where it is read before the
+        next refresh: every node when spare tasks wait (the planner reads them all), else the
+        nodes running spare tasks (their cap); tasks are placed only when they wait, so the
+        others' stale estimates are never read. Each estimate is a function of its node's
+        stream alone, so this changes no result."""
         for n in range(self.n):
-            mine = [self.estimators[k].used() for k in keys if k[0] == n]
-            if not mine:
-                self.estimate[n] = CORES_PER_NODE - koordinator_batch(CORES_PER_NODE, 0.0) \
-                    if self.policy == "koordinator" else 0.0
-            else:
-                self.estimate[n] = None if None in mine else sum(u for u in mine if u is not None)
+            if self.spare_queue or self.tasks_on[n]:
+                self.estimate[n] = self._used(n)
 
 
 def run_policy(nodes: int, policy: str, seed: int) -> RunResult:

@@ -207,6 +207,29 @@ def _root_only(info: os.stat_result) -> bool:
     return info.st_uid == os.geteuid() and not info.st_mode & 0o022
 
 
+def group_path_problem(cgroup: str, base: str) -> Optional[str]:
+    """Why ``cgroup`` (a /proc path such as ``/htcondor/slot1_1``) below the hierarchy ``base``
+    may not be written, or None: plain names, under ``base`` but not ``base`` itself, and every
+    directory down to it root's own and neither group- nor other-writable."""
+    parts = cgroup.split("/")
+    if not cgroup.startswith("/") or cgroup == "/" or len(parts) > MAX_CGROUP_DEPTH + 1 \
+            or any(p in ("", ".", "..") or not CGROUP_COMPONENT_RE.match(p) for p in parts[1:]):
+        return f"cgroup {cgroup[:80]!r} is not a plain cgroup under {base}"
+    where = base
+    for part in parts[1:]:
+        where = os.path.join(where, part)
+        try:
+            info = os.lstat(where)
+        except OSError:
+            return f"cgroup {cgroup} is not under {base}"
+        if not stat.S_ISDIR(info.st_mode):
+            return f"cgroup {cgroup}: {where} is not a directory"
+        if not _root_only(info):
+            return (f"cgroup {cgroup} is job-owned or job-writable ({where}: uid {info.st_uid}, "
+                    f"mode {stat.S_IMODE(info.st_mode):o})")
+    return None
+
+
 class CgroupCpusets:
     """``cpuset.cpus`` of job cgroups under one cgroup v2 root."""
 
@@ -251,22 +274,10 @@ class CgroupCpusets:
     def check(self, cgroup: str) -> Optional[str]:
         """Why ``cgroup`` (a /proc path such as ``/htcondor/slot1_1``) may not be written, or
         None: under the root but not the root, plain names, root's own all the way down."""
-        parts = cgroup.split("/")
-        if not cgroup.startswith("/") or cgroup == "/" or len(parts) > MAX_CGROUP_DEPTH + 1 \
-                or any(p in ("", ".", "..") or not CGROUP_COMPONENT_RE.match(p) for p in parts[1:]):
-            return f"cgroup {cgroup[:80]!r} is not a plain cgroup under {self.root}"
-        where = self.root
-        for part in parts[1:]:
-            where = os.path.join(where, part)
-            try:
-                info = os.lstat(where)
-            except OSError:
-                return f"cgroup {cgroup} is not under {self.root}"
-            if not stat.S_ISDIR(info.st_mode):
-                return f"cgroup {cgroup}: {where} is not a directory"
-            if not _root_only(info):
-                return (f"cgroup {cgroup} is job-owned or job-writable ({where}: uid {info.st_uid}, "
-                        f"mode {stat.S_IMODE(info.st_mode):o})")
+        problem = group_path_problem(cgroup, self.root)
+        if problem is not None:
+            return problem
+        where = os.path.join(self.root, *cgroup.split("/")[1:])
         try:
             info = os.lstat(os.path.join(where, CPUS_FILE))
         except OSError:

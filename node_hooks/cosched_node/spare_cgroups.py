@@ -33,7 +33,7 @@ import stat
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from cosched_node.cpusets import CGROUP_COMPONENT_RE, MAX_CGROUP_DEPTH
+from cosched_node.cpusets import CGROUP_COMPONENT_RE, _root_only, group_path_problem
 
 SPARE_PARENT = "cosched_spare"
 CFS_PERIOD_US = 100_000
@@ -79,10 +79,6 @@ def write_text(path: str, text: str) -> None:
         os.write(fd, text.encode("ascii"))
     finally:
         os.close(fd)
-
-
-def _root_only(info: os.stat_result) -> bool:
-    return info.st_uid == os.geteuid() and not info.st_mode & 0o022
 
 
 def parse_stat(text: str) -> Dict[str, int]:
@@ -182,6 +178,7 @@ class SpareCgroups:
             self._enable(self.root)
         for path in self._dirs(f"/{self.parent}"):
             self._mkdir(path)
+        self._idle_parent()
         if self.version == 2:
             self._enable(self.root + f"/{self.parent}")
         for path in self._dirs(group):
@@ -194,6 +191,19 @@ class SpareCgroups:
         problem = self.check(group)
         if problem:
             raise SpareCgroupError(errno.EPERM, problem)
+
+    def _idle_parent(self) -> None:
+        """Our parent group in the idle class at the least weight: CPU weight is shared out
+        level by level, so a spare group idle only among its siblings would still weigh, through
+        a parent of the default weight, as much as every primary together (measured on the pool:
+        a primary's busy phases took twice as long). A kernel without ``cpu.idle`` keeps the
+        least weight."""
+        cpu = self._dir("" if self.version == 2 else "cpu", f"/{self.parent}")
+        weight = os.path.join(cpu, "cpu.weight" if self.version == 2 else "cpu.shares")
+        if not self._idle(weight):
+            write_text(weight, str(V2_WEIGHT if self.version == 2 else V1_SHARES))
+        if os.path.exists(os.path.join(cpu, "cpu.idle")):
+            write_text(os.path.join(cpu, "cpu.idle"), "1")
 
     @staticmethod
     def _mkdir(path: str) -> None:
@@ -300,23 +310,11 @@ class SpareCgroups:
         """Why ``group`` may not be written, or None: a plain path under the root, not the
         root, root's own and neither group- nor other-writable all the way down, as are the
         limit files in it."""
-        parts = group.split("/")
-        if not group.startswith("/") or group == "/" or len(parts) > MAX_CGROUP_DEPTH + 1 \
-                or any(p in ("", ".", "..") or not CGROUP_COMPONENT_RE.match(p) for p in parts[1:]):
-            return f"cgroup {group[:80]!r} is not a plain cgroup under {self.root}"
         for base in dict.fromkeys(self.hierarchies.values()):
-            where = base
-            for part in parts[1:]:
-                where = os.path.join(where, part)
-                try:
-                    info = os.lstat(where)
-                except OSError:
-                    return f"cgroup {group} is not under {base}"
-                if not stat.S_ISDIR(info.st_mode):
-                    return f"cgroup {group}: {where} is not a directory"
-                if not _root_only(info):
-                    return (f"cgroup {group} is job-owned or job-writable ({where}: uid {info.st_uid}, "
-                            f"mode {stat.S_IMODE(info.st_mode):o})")
+            problem = group_path_problem(group, base)
+            if problem is not None:
+                return problem
+            where = os.path.join(base, *group.split("/")[1:])
             for name in os.listdir(where) if os.path.isdir(where) else ():
                 if name.startswith(("cpu.", "memory.", "cgroup.procs")):
                     info = os.lstat(os.path.join(where, name))

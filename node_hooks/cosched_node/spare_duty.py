@@ -82,25 +82,27 @@ def spare_offer(total: float, estimate: Optional[insight.Estimate]) -> float:
 
 
 def split(claims: Sequence[SpareUse], limits: NodeLimits) -> Tuple[Dict[str, Limits], List[str]]:
-    """Each spare claim's limits, by its share of the claims' Cpus, and the claims to vacate:
-    while a claim uses more memory than its hard share, the largest such user goes (its
-    memory limit is then left as it is: never lowered below use), and the rest share again."""
+    """Each spare claim's limits and the claims to vacate. While the claims together use more
+    memory than the node's hard limit, the largest user goes (its limit is left as it is: never
+    lowered below use). Each claim that stays gets what it uses plus the share of the slack its
+    Cpus are of theirs (so no claim is vacated while the node's limit holds them all), its soft
+    limit the same less its share of the soft band (never below what it uses); the CPU cap by
+    Cpus share of every claim."""
     remaining, evicted = list(claims), []
-    while True:
-        weight = sum(max(1, c.cpus) for c in remaining) or 1
-        over = [c for c in remaining if c.memory_bytes > limits.memory_hard_mb * MB * max(1, c.cpus) / weight]
-        if not over:
-            break
-        victim = max(over, key=lambda c: (c.memory_bytes, c.key))
+    while remaining and sum(c.memory_bytes for c in remaining) > limits.memory_hard_mb * MB:
+        victim = max(remaining, key=lambda c: (c.memory_bytes, c.key))
         remaining.remove(victim)
         evicted.append(victim.key)
+    weight = sum(max(1, c.cpus) for c in remaining) or 1
+    slack = max(0.0, limits.memory_hard_mb * MB - sum(c.memory_bytes for c in remaining))
+    band = max(0.0, (limits.memory_hard_mb - limits.memory_soft_mb) * MB)
     out: Dict[str, Limits] = {}
     all_weight = sum(max(1, c.cpus) for c in claims) or 1
     for c in claims:
         share = max(1, c.cpus) / weight
-        hard = int(limits.memory_hard_mb * MB * share)
+        hard = int(c.memory_bytes + slack * share)
         out[c.key] = Limits(limits.cores * max(1, c.cpus) / all_weight,
-                            min(hard, int(limits.memory_soft_mb * MB * share)), hard)
+                            max(c.memory_bytes, int(hard - band * share)), hard)
     return out, evicted
 
 
@@ -147,6 +149,7 @@ class SpareDuty:
         self._spare_leftover: Dict[str, Optional[int]] = {}          # our group -> its job's uid
         self._spare_once: Dict[str, str] = {}
         self._spare_tight = False
+        self._spare_primaries: Optional[frozenset] = None   # the primary claims the streams describe
 
     def is_spare(self, record: Running) -> bool:
         slot = self.config.spare_slot
@@ -222,24 +225,41 @@ class SpareDuty:
 
     def sample_primaries(self, table: Dict[int, procs.Proc], now: float) -> None:
         """One node-level sample: the primaries' cores used since the last interval and their
-        memory now (MB). A claim first seen adds its memory, and its CPU from the next interval."""
-        cores, memory_bytes = 0.0, 0
+        memory now (MB). A claim first seen adds its memory, and its CPU from the next interval.
+
+        The streams describe the primaries running now: when a primary claim starts or ends they
+        start anew (the Insight Engine estimates the jobs it profiles from their start, Section
+        III-A; a window that kept a finished job's busy phases, or an idle node's zeros under a
+        new job, would describe jobs that are not there), and the interval of the change adds
+        no sample (a new claim's CPU is known from the next one). Until ``insight.MIN_SAMPLES``
+        samples hold again the node publishes no estimate and the cap is the floor."""
+        cores, memory_bytes, complete = 0.0, 0, True
+        primaries = []
         for record in self.records.values():
             if self.is_spare(record) or record.refused:
                 continue
             source, usage = self._claim_usage(record, table)
             if usage is None:
                 continue
+            primaries.append(record.key)
             memory_bytes += usage.memory_bytes
             prev = self._spare_prev.get(record.key)
             if prev is not None and prev[0] == source and now > prev[2]:
                 cores += max(0.0, usage.cpu_s - prev[1]) / (now - prev[2])
+            else:
+                complete = False
             self._spare_prev[record.key] = (source, usage.cpu_s, now)
         if not math.isfinite(cores):
             cores = 0.0
         self.spare_live = (cores, memory_bytes / MB)
-        self.spare_cpu.add(now, cores)
-        self.spare_memory.add(now, memory_bytes / MB)
+        if frozenset(primaries) != self._spare_primaries:
+            if self._spare_primaries is not None:
+                self.spare_cpu = insight.UsageStream(self.spare_cpu.settings)
+                self.spare_memory = insight.UsageStream(self.spare_memory.settings)
+            self._spare_primaries = frozenset(primaries)
+        if complete:
+            self.spare_cpu.add(now, cores)
+            self.spare_memory.add(now, memory_bytes / MB)
 
     def _claim_usage(self, record: Running, table: Dict[int, procs.Proc]) -> Tuple[str, Optional[Usage]]:
         members = procs.job_processes(record.starter_pid, record.starter_start, table)

@@ -9,11 +9,27 @@ import random
 import pytest
 from click.testing import CliRunner
 
-from cosched_node import insight
+from cosched_node import insight, spare_duty
 from condor_sched.simulate.command import simulate_command
-from condor_sched.simulate.hybrid003 import KEYS, POLICIES, Hybrid003Simulation, simulate_hybrid003
+from condor_sched.simulate.hybrid003 import (
+    KEYS,
+    PLAN_S,
+    POLICIES,
+    SPARE_POLICIES,
+    STEP_S,
+    Hybrid003Simulation,
+    simulate_hybrid003,
+)
 from condor_sched.simulate.hybrid003_model import calibrate, collocated_ratio, fair_shares, reference_use
-from condor_sched.simulate.hybrid003_workload import APPS, ARRIVALS, CORES_PER_NODE, SIZES, generate
+from condor_sched.simulate.hybrid003_workload import (
+    APPS,
+    ARRIVALS,
+    CORES_PER_NODE,
+    SIZES,
+    HybridJob,
+    Segment,
+    generate,
+)
 from condor_sched.simulate.spare_estimators import (
     AutopilotEstimator,
     BlbEstimator,
@@ -22,6 +38,7 @@ from condor_sched.simulate.spare_estimators import (
     autopilot_limit,
     koordinator_batch,
     spare_cap,
+    spare_offer,
 )
 
 
@@ -92,11 +109,26 @@ def test_autopilot_estimator_is_p95_plus_ten_percent():
 
 
 def test_hybrid_estimator_is_the_node_agents_insight_engine():
-    values = [random.Random(5).uniform(5, 25) for _ in range(30)]
-    est = BlbEstimator(insight.InsightSettings(), seed=7)
-    for t, v in enumerate(values):
-        est.observe(60.0 * t, v)
-    assert est.used() == pytest.approx(insight.estimate(values, insight.InsightSettings(), random.Random(7)).hard_limit)
+    """5 s samples into the agent's UsageStream (its window), estimated as spare_duty does."""
+    rng = random.Random(5)
+    est = BlbEstimator()
+    agent = insight.UsageStream(insight.InsightSettings())
+    for t in range(400):                         # 2,000 s of 5 s samples: more than the 1,800 s window
+        v = rng.uniform(5, 25)
+        est.observe(5.0 * t, v)
+        agent.add(5.0 * t, v)
+    assert len(est) == len(agent) == round(insight.InsightSettings().window_s / STEP_S) == 360
+    assert est.used() == pytest.approx(agent.estimate().hard_limit)
+    assert est.used() == est.used()              # a fresh Random(0) per estimate, as the agent's
+
+
+def test_simulator_takes_the_agents_interval_floor_and_rules():
+    assert STEP_S == spare_duty.SPARE_INTERVAL_S
+    assert PLAN_S % STEP_S == 0
+    for estimate, live in ((20.0, 10.0), (20.0, 25.0), (31.5, 0.0), (None, 0.0), (None, 30.0)):
+        level = None if estimate is None else insight.Estimate(estimate, 0.0, 0.0, 12, 0.8)
+        assert spare_cap(32, estimate, live) == spare_duty.node_limits(32, 1000, level, None, live, 0.0).cores
+        assert spare_offer(32, estimate) == spare_duty.spare_offer(32, level)
 
 
 def test_spare_cap_is_max_of_floor_and_capacity_less_estimate_or_live_use():
@@ -104,6 +136,7 @@ def test_spare_cap_is_max_of_floor_and_capacity_less_estimate_or_live_use():
     assert spare_cap(32, 20.0, 25.0) == 7.0          # a rise above Q + xi tightens it within the interval
     assert spare_cap(32, 31.5, 0.0) == pytest.approx(1.6)   # never under 5% of the node
     assert spare_cap(32, None, 0.0) == pytest.approx(1.6)   # no estimate yet: the floor
+    assert spare_offer(32, None) == 0.0 and spare_offer(32, 40.0) == 0.0 and spare_offer(32, 20.0) == 12.0
 
 
 # --- the interference model -----------------------------------------------------------------
@@ -156,9 +189,9 @@ def test_vanilla_never_slows_or_kills_a_job():
 
 
 def test_runs_are_deterministic_per_seed():
-    a = simulate_hybrid003(8, "hybrid", 4)
-    assert a == simulate_hybrid003(8, "hybrid", 4)
-    assert a != simulate_hybrid003(8, "hybrid", 5)
+    a = simulate_hybrid003(4, "hybrid", 4)
+    assert a == simulate_hybrid003(4, "hybrid", 4)
+    assert a != simulate_hybrid003(4, "hybrid", 5)
 
 
 def test_json_keys_exact_and_in_range():
@@ -210,3 +243,125 @@ class _Capped(Hybrid003Simulation):
 def test_spare_tasks_stay_within_the_cap_and_never_take_the_primaries_cpu(policy):
     result = _Capped(generate(4, 6), 4, policy, 6).run()
     assert len(result.outcomes) == ARRIVALS[4]
+
+
+# --- the node agent's sample stream ------------------------------------------------------------
+
+def _di_job(index: int = 0, arrival_s: float = 0.0) -> HybridJob:
+    return HybridJob(index, "statistics", 32, 600.0, 1800.0, arrival_s, 12, (Segment(600.0, 0.6, 0.6),))
+
+
+@pytest.mark.parametrize("policy", SPARE_POLICIES)
+def test_a_node_under_min_samples_admits_no_spare_task(policy):
+    sim = Hybrid003Simulation([_di_job()], 1, policy)
+    sim.spare_queue = [(0, 0)]
+    for k in range(insight.MIN_SAMPLES - 1):
+        sim._sample(STEP_S * (k + 1), {})
+        sim._refresh()
+        assert sim.estimate[0] is None and sim._spare_slots() == ()   # published not usable
+        assert spare_cap(CORES_PER_NODE, sim.estimate[0], sim.live[0]) == spare_duty.FLOOR_SHARE * CORES_PER_NODE
+    sim._sample(STEP_S * insight.MIN_SAMPLES, {})
+    sim._refresh()
+    assert sim.estimate[0] is not None and len(sim._spare_slots()) == 1
+    # a whole run: the task waits for the first minute's 12 samples, then starts
+    result = Hybrid003Simulation([_di_job()], 1, policy).run()
+    assert result.outcomes[0].started_s == insight.MIN_SAMPLES * STEP_S == PLAN_S
+
+
+def _hpc_job(index: int = 1) -> HybridJob:
+    return HybridJob(index, "montage", 32, 1200.0, 1800.0, 0.0, 8, (Segment(1200.0, 0.7, 0.7),))
+
+
+def test_the_hybrid_stream_starts_anew_when_the_primaries_change():
+    """As ``SpareDuty.sample_primaries``: a primary starting or ending restarts the node's
+    stream and adds no sample; until MIN_SAMPLES samples hold again, no estimate, no slot
+    offered, the cap at the floor; an unchanged set grows the stream."""
+    sim = Hybrid003Simulation([_di_job(0), _hpc_job(1)], 1, "hybrid")
+    sim.spare_queue = [(0, 0)]
+    t = 0.0
+
+    def sample(cores: float) -> None:
+        nonlocal t
+        t += STEP_S
+        sim._sample(t, {(0, i): cores * STEP_S for i in sim.placed[0]})
+
+    for k in range(20):                                        # no primaries: zeros, growing
+        sample(0.0)
+        assert len(sim.estimators[0]) == k + 1
+    sim._refresh()
+    assert sim.estimate[0] == 0.0 and len(sim._spare_slots()) == 1
+    floor = spare_duty.FLOOR_SHARE * CORES_PER_NODE
+    for change in ("start", "end"):
+        if change == "start":
+            sim.placed[0].append(1)
+        else:
+            sim.placed[0].remove(1)
+        sample(24.0)                                           # the step of the change: no sample
+        assert len(sim.estimators[0]) == 0 and sim.estimate[0] is None
+        for k in range(insight.MIN_SAMPLES):
+            sim._refresh()
+            assert sim.estimate[0] is None and sim._spare_slots() == ()          # admits nothing
+            assert spare_cap(CORES_PER_NODE, sim.estimate[0], sim.live[0]) == floor
+            sample(24.0 if change == "start" else 0.0)
+            assert len(sim.estimators[0]) == k + 1
+        assert sim.estimate[0] is not None                      # estimated at the 12th sample
+        (slot,) = sim._spare_slots()
+        if change == "start":                                  # the busy primary's level, not the idle zeros
+            assert sim.estimate[0] == pytest.approx(24.0) and slot.spare.cpus == pytest.approx(8.0)
+        else:                                                  # not the finished job's busy samples
+            assert sim.estimate[0] == 0.0 and slot.spare.cpus == CORES_PER_NODE
+
+
+class _Streams(Hybrid003Simulation):
+    """Checks at every sample that a node's stream restarts exactly when its primaries change
+    (the step adding no sample), grows by the primaries' use of the step otherwise, and that
+    a node admits no spare task and caps them at the floor for MIN_SAMPLES samples after."""
+
+    window = round(insight.InsightSettings().window_s / STEP_S)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen = [frozenset(p) for p in self.placed]
+        self.changes_when_full = 0
+        self.changes = 0
+        self.step_use = {}
+        self.step_started = {}
+
+    def _rates(self):
+        for n in range(self.n):
+            if len(self.estimators[n]) < insight.MIN_SAMPLES:
+                assert self.estimate[n] is None
+        rates, cpu, use = super()._rates()
+        self.step_use = dict(use)
+        self.step_started = {i: r.started_s for i, r in self.running.items()}
+        return rates, cpu, use
+
+    def _spare_plan(self, now):
+        young = {n for n in range(self.n) if len(self.estimators[n]) < insight.MIN_SAMPLES}
+        before = [list(t) for t in self.tasks_on]
+        super()._spare_plan(now)
+        for n in young:
+            assert self.tasks_on[n] == before[n], f"node {n} admitted a task under MIN_SAMPLES"
+
+    def _sample(self, now, cpu_s):
+        before = [len(e) for e in self.estimators]
+        super()._sample(now, cpu_s)
+        for n in range(self.n):
+            on = frozenset(self.placed[n])
+            if on != self.seen[n]:
+                self.changes += 1
+                self.changes_when_full += before[n] == self.window
+                self.seen[n] = on
+                assert len(self.estimators[n]) == 0 and self.estimate[n] is None
+                continue
+            assert len(self.estimators[n]) == min(before[n] + 1, self.window)
+            # a primary ran all the step (the set unchanged): its use in full
+            assert all(self.step_started[i] < now - STEP_S for i in on)
+            expected = sum(self.step_use.get((n, i), 0.0) for i in on)
+            assert self.estimators[n].stream.values()[-1] == pytest.approx(expected)
+
+
+def test_the_stream_restarts_exactly_when_primaries_change_in_a_run():
+    sim = _Streams(generate(4, 1), 4, "hybrid", 1)
+    sim.run()
+    assert sim.changes > 0 and sim.changes_when_full > 0   # primaries changed, some on full windows

@@ -102,17 +102,21 @@ def test_the_published_offer_is_c_minus_the_confident_high_clamped_without_floor
     assert spare_offer(8, None) == 0.0
 
 
-def test_limits_split_by_cpus_and_memory_over_a_share_evicts_the_largest_first():
+def test_limits_split_by_cpus_and_memory_beyond_the_node_evicts_the_largest_first():
     limits = NodeLimits(cores=4.0, memory_hard_mb=4000.0, memory_soft_mb=3000.0, tightened=False)
     shares, evicted = split([SpareUse("a", 1, 100 * MB), SpareUse("b", 3, 200 * MB)], limits)
     assert evicted == []
-    assert shares["a"] == Limits(1.0, 750 * MB, 1000 * MB) and shares["b"] == Limits(3.0, 2250 * MB, 3000 * MB)
-    # both over their shares: the largest user goes, the other then fits alone
+    # each keeps what it uses plus its Cpus' share of the 3700 MB slack; soft 1000 MB lower by share
+    assert shares["a"] == Limits(1.0, 100 * MB + 925 * MB - 250 * MB, 100 * MB + 925 * MB)
+    assert shares["b"] == Limits(3.0, 200 * MB + 2775 * MB - 750 * MB, 200 * MB + 2775 * MB)
+    # together beyond the node's hard limit: the largest user goes, the other then fits alone
     shares, evicted = split([SpareUse("a", 1, 2000 * MB), SpareUse("b", 3, 3500 * MB)], limits)
     assert evicted == ["b"] and shares["a"].memory_hard_bytes == 4000 * MB
-    # a claim within its share is never evicted for another's sake
-    _, evicted = split([SpareUse("a", 1, 1500 * MB), SpareUse("b", 3, 100 * MB)], limits)
-    assert evicted == ["a"]
+    # one claim over its Cpus' share is not vacated while the node holds them all, and no
+    # limit is ever below what its claim uses
+    shares, evicted = split([SpareUse("a", 1, 1500 * MB), SpareUse("b", 3, 100 * MB)], limits)
+    assert evicted == [] and all(shares[k].memory_soft_bytes >= u * MB and shares[k].memory_hard_bytes >= u * MB
+                                 for k, u in (("a", 1500), ("b", 100)))
     _, evicted = split([SpareUse("a", 1, 5000 * MB), SpareUse("b", 1, 4500 * MB)], limits)
     assert evicted == ["a", "b"]
 
@@ -312,7 +316,8 @@ def test_primaries_sampled_estimated_and_spare_jobs_capped_and_tightened_within_
         now += SPARE_INTERVAL_S
     assert published["usable"] is True and published["problem"] is None
     assert published["cpus"] == pytest.approx(6.0, abs=0.01) and published["memory_mb"] == 7000
-    assert published["samples"] == insight.MIN_SAMPLES + 3 and published["confidence"] == 0.8
+    # the primary's first interval gives no sample (its CPU is known from the next one)
+    assert published["samples"] == insight.MIN_SAMPLES + 2 and published["confidence"] == 0.8
     reply = node.spare_start(2)
     assert reply["status"] == "ok" and reply["kind"] == "spare" and reply["cgroup"] == "/cosched_spare/slot2_2"
     spare = node.jobs[reply["job"]]
@@ -354,12 +359,13 @@ def test_a_spare_job_that_must_shrink_below_its_use_is_vacated_through_the_start
         (node.group_dir(node.jobs[job]["group"]) / "memory.stat").write_text(f"anon {anon_mb * MB}\nshmem 0\n")
     node.tick(1005.0)
     hard = {job: int(node.cgroups.read_limit(node.jobs[job]["group"], "memory.max")) for job in (big, small)}
-    assert hard == {big: 3500 * MB, small: 3500 * MB}                   # 7000 MB split by Cpus, both fit
+    # 7000 MB hold both: each keeps its use and half the 2000 MB slack (equal Cpus)
+    assert hard == {big: 4000 * MB, small: 3000 * MB}
     node.burn(primary, 0, anon_kb=4000 * 1024)                         # the primary now holds 4000 MB
     published = node.tick(1010.0)
     (evict,) = published["evict"]
     assert evict["job"] == big and evict["slot"] == node.jobs[big]["slot"]
-    assert int(node.cgroups.read_limit(node.jobs[big]["group"], "memory.max")) == 3500 * MB   # never below use
+    assert int(node.cgroups.read_limit(node.jobs[big]["group"], "memory.max")) == 4000 * MB   # never below use
     assert int(node.cgroups.read_limit(node.jobs[small]["group"], "memory.max")) == 4000 * MB
     ad = node.cron(1010.0)
     text = ads.ad_get(ad, f"CoSchedSpareEvict_{node.jobs[big]['slot']}")
@@ -634,3 +640,27 @@ def test_the_hook_starts_a_spare_job_only_once_the_agent_confined_it(tmp_path: P
     assert code == errors.EXIT_NO_STATE and ads.ad_get(out, "HookStatusCode") == 305
     code, out = run_hook(node, lambda d: {"status": "ok", "kind": "other"})
     assert code == errors.EXIT_NO_STATE and "spare slot" in ads.ad_get(out, "HookStatusMessage")
+
+
+def test_the_estimate_starts_anew_when_the_primaries_change(tmp_path: Path):
+    """The streams describe the primaries running now: a second primary (or one ending)
+    restarts them, the node publishes no estimate until MIN_SAMPLES samples of the new set."""
+    node = Node(tmp_path, 2)
+    first = node.claim(1, 2)
+    now = 1_000_000.0
+    for _ in range(insight.MIN_SAMPLES + 2):
+        node.burn(first, 2 * SPARE_INTERVAL_S)
+        published = node.tick(now)
+        now += SPARE_INTERVAL_S
+    assert published["usable"] is True and published["cpus"] == pytest.approx(6.0, abs=0.01)
+    second = node.claim(1, 2)
+    for i in range(insight.MIN_SAMPLES + 1):
+        node.burn(first, 2 * SPARE_INTERVAL_S)
+        node.burn(second, 3 * SPARE_INTERVAL_S)
+        published = node.tick(now)
+        now += SPARE_INTERVAL_S
+        if i < insight.MIN_SAMPLES:   # the change's interval adds none, then 1..MIN_SAMPLES - 1
+            assert published["usable"] is False and "no estimate yet" in published["problem"], (i, published)
+            assert published["limits"]["cpus"] == pytest.approx(0.05 * 8)          # the floor meanwhile
+    assert published["usable"] is True and published["cpus"] == pytest.approx(3.0, abs=0.01)   # 8 - (2 + 3)
+

@@ -60,6 +60,10 @@ def test_a_capped_burner_in_a_real_v1_group_uses_at_most_its_cap_and_more_once_l
     try:
         cgroups.create(group)
         assert cgroups.check(group) is None
+        parent = os.path.join(cgroups.hierarchies["cpu"], cgroups.parent)
+        assert open(os.path.join(parent, "cpu.shares")).read().strip() in ("2", "3")
+        assert not os.path.exists(os.path.join(parent, "cpu.idle")) or \
+            open(os.path.join(parent, "cpu.idle")).read().strip() == "1"     # the parent too: weight is per level
         child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
         assert cgroups.move(group, [child.pid]) == [child.pid]
         assert cgroups.procs(group) == [child.pid]
@@ -130,3 +134,36 @@ def test_the_agent_confines_a_real_spare_claim_from_its_start_and_removes_its_gr
         for path in cgroups._dirs(f"/{cgroups.parent}") if cgroups.version else ():
             if os.path.isdir(path):
                 os.rmdir(path)
+
+
+def test_a_spare_job_gets_next_to_nothing_while_ordinary_processes_want_every_core():
+    """The idle class protects the primaries whatever the cap: with every host core wanted by
+    ordinary processes, a burner in a spare group (cap lifted to all cores) gets a sliver."""
+    cgroups = SpareCgroups(ROOT, parent=f"cosched_test_{os.getpid()}")
+    assert cgroups.probe() is None
+    group = cgroups.ours("slot9_2")
+    burners: list = []
+    try:
+        cgroups.create(group)
+        spare = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        burners.append(spare)
+        cgroups.move(group, [spare.pid])
+        skipped = cgroups.write_limits(group, Limits(float(os.cpu_count() or 1), 64 * MB, 128 * MB), memory=False)
+        burners += [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+        time.sleep(0.3)
+        used = cores_used(cgroups, group, 2.0)
+        limit = 0.5 if skipped else 0.15      # no cpu.idle: the least weight alone (2 of 1024 per core)
+        assert used <= limit, f"a spare burner beside {len(burners) - 1} ordinary ones used {used:.2f} cores"
+    finally:
+        for proc in burners:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for _ in range(50):
+            if cgroups.remove(group) is None:
+                break
+            time.sleep(0.05)
+        for path in cgroups._dirs(f"/{cgroups.parent}"):
+            if os.path.isdir(path):
+                os.rmdir(path)
+    assert not any(os.path.exists(path) for path in cgroups._dirs(f"/{cgroups.parent}"))
+
