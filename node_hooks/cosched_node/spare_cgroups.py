@@ -34,13 +34,13 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from cosched_node.cpusets import CGROUP_COMPONENT_RE, _root_only, group_path_problem
+from cosched_node.cpusets import _read_text as read_text
 
 SPARE_PARENT = "cosched_spare"
 CFS_PERIOD_US = 100_000
 MIN_QUOTA_US = 1_000            # the kernel's least cfs quota
 V2_WEIGHT = 1                   # cpu.weight's least value (weight low; cpu.idle does the rest)
 V1_SHARES = 2                   # cpu.shares' least value
-MAX_FILE_BYTES = 1 << 16
 V1_CPU_NAMES = ("cpu,cpuacct", "cpuacct,cpu", "cpu")
 V1_CONTROLLERS = ("cpu", "cpuacct", "memory")
 
@@ -62,14 +62,6 @@ class Limits:
     cores: float
     memory_soft_bytes: int
     memory_hard_bytes: int
-
-
-def read_text(path: str, limit: int = MAX_FILE_BYTES) -> str:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        return os.read(fd, limit + 1)[:limit].decode("ascii", "replace")
-    finally:
-        os.close(fd)
 
 
 def write_text(path: str, text: str) -> None:

@@ -52,6 +52,17 @@ def cores_used(cgroups: SpareCgroups, group: str, seconds: float) -> float:
     return (cgroups.usage(group).cpu_s - before) / (time.monotonic() - start)
 
 
+def remove_test_groups(cgroups: SpareCgroups, group: str) -> None:
+    """rmdir the test's group (once the killed process has left it) and its parent, everywhere."""
+    for _ in range(50):
+        if cgroups.remove(group) is None:
+            break
+        time.sleep(0.05)
+    for path in cgroups._dirs(f"/{cgroups.parent}"):
+        if os.path.isdir(path):
+            os.rmdir(path)
+
+
 def test_a_capped_burner_in_a_real_v1_group_uses_at_most_its_cap_and_more_once_lifted():
     cgroups = SpareCgroups(ROOT, parent=f"cosched_test_{os.getpid()}")
     assert cgroups.probe() is None and cgroups.version == 1
@@ -86,13 +97,7 @@ def test_a_capped_burner_in_a_real_v1_group_uses_at_most_its_cap_and_more_once_l
         if child is not None:
             os.kill(child.pid, signal.SIGKILL)
             child.wait()
-        for _ in range(50):
-            if cgroups.remove(group) is None:
-                break
-            time.sleep(0.05)
-        for path in cgroups._dirs(f"/{cgroups.parent}"):
-            if os.path.isdir(path):
-                os.rmdir(path)
+        remove_test_groups(cgroups, group)
     assert not any(os.path.exists(path) for path in cgroups._dirs(f"/{cgroups.parent}"))
 
 
@@ -158,12 +163,6 @@ def test_a_spare_job_gets_next_to_nothing_while_ordinary_processes_want_every_co
         for proc in burners:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
-        for _ in range(50):
-            if cgroups.remove(group) is None:
-                break
-            time.sleep(0.05)
-        for path in cgroups._dirs(f"/{cgroups.parent}"):
-            if os.path.isdir(path):
-                os.rmdir(path)
+        remove_test_groups(cgroups, group)
     assert not any(os.path.exists(path) for path in cgroups._dirs(f"/{cgroups.parent}"))
 
