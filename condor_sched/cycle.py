@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import replace
 from itertools import compress, repeat
 from operator import attrgetter, is_not
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from condor_sched.consistency import consistent_state
 from condor_sched.cycle_cache import PlanCache, _where, covered, follow_jobs
@@ -90,11 +90,23 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
     bad_holds = tuple(Hold(s.job, _hold_reason(s)) for s in state.skipped if s.job is not None and s.idle)
     decision = CycleDecision.of(memory.cycle, jobs.seen, parts, state.skipped, jobs.first_seen, bad_unpins, bad_holds,
                                 cache)
-    return replace(decision, reasons={**running_reasons(busy), **decision.reasons})
+    requeued = requeued_reasons(job for pins in kept for job in pins.kept)
+    return replace(decision, reasons={**running_reasons(busy), **requeued, **decision.reasons})
+
+
+RUNNING_WORDS = "running on "
+
+
+def requeued_reasons(kept: Iterable[Job]) -> dict[JobKey, str]:
+    """A job back to idle from a run (vacated, its node restarted) whose pin stands is told
+    so, and no longer reads "running on"."""
+    return {job.key: f"idle again after running; still pinned to {job.pinned_slot} (pinned in cycle "
+                     f"{job.pinned_cycle}); waiting for the negotiator to match it there"
+            for job in kept if job.is_idle and (job.pin_reason or "").startswith(RUNNING_WORDS)}
 
 
 def running_reasons(busy: list[Job]) -> dict[JobKey, str]:
     """A pinned job that runs is told where, so its CoSchedPinReason never still says it waits
     (written once: the sidecar writes only reasons that changed)."""
-    return {job.key: f"running on {job.remote_slot or job.pinned_slot} (pinned there by condor_sched)"
+    return {job.key: f"{RUNNING_WORDS}{job.remote_slot or job.pinned_slot} (pinned there by condor_sched)"
             for job in busy if job.status == JobStatus.RUNNING and job.pinned_slot is not None}

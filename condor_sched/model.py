@@ -308,6 +308,9 @@ class SpareCapacity:
     #: The spare jobs its agent asked the startd to vacate (``CoSchedSpareEvict_<slot>``):
     #: job id (``Cluster.Proc``) -> why.
     evictions: Mapping[str, str] = field(default_factory=dict)
+    #: Such requests whose claims have ended, kept a while (``CoSchedSpareVacated_<c>_<p>``):
+    #: job id -> (unix time of the request, why).
+    vacated: Mapping[str, tuple[int, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

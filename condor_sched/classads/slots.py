@@ -156,11 +156,12 @@ def _spare_of(ad: classad2.ClassAd, total: Resources) -> SpareCapacity | None:
     usable = _lenient(ad, "CoSchedSpareUsable", bool)
     if usable is None:
         return None
-    evictions = _spare_evictions(ad)
+    evictions, vacated = _spare_evictions(ad)
     if not usable:
         why = _lenient(ad, "CoSchedSpareProblem", str)
         return SpareCapacity(0.0, 0, problem="its node agent takes no spare-capacity job now" +
-                             (f": {why[:200]}" if why else " (CoSchedSpareUsable is false)"), evictions=evictions)
+                             (f": {why[:200]}" if why else " (CoSchedSpareUsable is false)"),
+                             evictions=evictions, vacated=vacated)
     try:
         return SpareCapacity(
             cpus=float(_number(ad, "CoSchedSpareCpus", required=True, integer=False, maximum=total.cpus)),
@@ -168,26 +169,36 @@ def _spare_of(ad: classad2.ClassAd, total: Resources) -> SpareCapacity | None:
             confidence=float(_number(ad, "CoSchedSpareConfidence", required=False, default=0.0, integer=False,
                                      maximum=1.0)),
             samples=int(_number(ad, "CoSchedSpareSamples", required=False)),
-            updated_at_s=int(_number(ad, "CoSchedSpareUpdated", required=False)), evictions=evictions)
+            updated_at_s=int(_number(ad, "CoSchedSpareUpdated", required=False)),
+            evictions=evictions, vacated=vacated)
     except AdError as exc:
-        return SpareCapacity(0.0, 0, problem=f"its node agent's estimate does not read: {exc}", evictions=evictions)
+        return SpareCapacity(0.0, 0, problem=f"its node agent's estimate does not read: {exc}",
+                             evictions=evictions, vacated=vacated)
 
 
 SPARE_EVICT = re.compile(r"^CoSchedSpareEvict_slot\d{1,4}_\d{1,6}$", re.IGNORECASE)
 EVICTION = re.compile(r"^(\d{1,12}\.\d{1,9}) (.{1,300})$", re.DOTALL)
+SPARE_VACATED = re.compile(r"^CoSchedSpareVacated_(\d{1,12})_(\d{1,9})$", re.IGNORECASE)
+VACATED = re.compile(r"^(\d{1,11}) (.{1,300})$", re.DOTALL)
 
 
-def _spare_evictions(ad: classad2.ClassAd | _PlainAd) -> dict[str, str]:
-    """The spare jobs a node's agent asked the startd to vacate: ``CoSchedSpareEvict_<slot> =
-    "<Cluster.Proc> <why>"`` (the startd cron's node-wide lines), job id -> why."""
-    out: dict[str, str] = {}
+def _spare_evictions(ad: classad2.ClassAd | _PlainAd) -> tuple[dict[str, str], dict[str, tuple[int, str]]]:
+    """What a node's agent says of the spare jobs it asked the startd to vacate (the startd
+    cron's node-wide lines): ``CoSchedSpareEvict_<slot> = "<Cluster.Proc> <why>"`` while the
+    claim lasts, job id -> why; ``CoSchedSpareVacated_<Cluster>_<Proc> = "<unix time> <why>"``
+    after, job id -> (time, why). Lines that do not read are left out."""
+    evictions: dict[str, str] = {}
+    vacated: dict[str, tuple[int, str]] = {}
     names = ad.values.keys() if ad.__class__ is _PlainAd else ad.keys()
-    for attr in [a for a in names if SPARE_EVICT.match(a)][:64]:
+    for attr in [a for a in names if a[:12].lower() == "coschedspare"][:256]:
         text = _lenient(ad, attr, str)
-        match = EVICTION.match(text) if text else None
-        if match:
-            out[match.group(1)] = match.group(2)
-    return out
+        if not text:
+            continue
+        if SPARE_EVICT.match(attr) and (match := EVICTION.match(text)):
+            evictions[match.group(1)] = match.group(2)
+        elif (name := SPARE_VACATED.match(attr)) and (match := VACATED.match(text)):
+            vacated[f"{int(name.group(1))}.{int(name.group(2))}"] = (int(match.group(1)), match.group(2))
+    return evictions, vacated
 
 
 def _no_guests(ad: classad2.ClassAd, kind: SlotKind) -> str | None:

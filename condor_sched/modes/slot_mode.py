@@ -112,6 +112,10 @@ def free_after_pins(state: PoolState, kept: Iterable[JobKey], plans: Iterable[Pl
     return list(free.values())
 
 
+#: A waiting job's reason when every slot's START or its Requirements refuse it.
+NO_SLOT_WAITING = "waiting: no slot accepts it"
+
+
 def without_refused_slot(eligible: Mapping[JobKey, frozenset[str]], refused: Mapping[JobKey, str],
                          slots: Iterable[Slot]) -> Mapping[JobKey, frozenset[str]]:
     """``eligible`` with the slot whose node just refused a job's start taken from that job,
@@ -310,4 +314,7 @@ class SlotView:
             reasons.update((j.key, left) for j in jobs if j.key not in planned)
         cycle = context.cycle
         reasons.update((p.job, pin_reason(p, cycle)) for p in pins)
+        for key, slot in refused.items():   # no slot but the one that just refused it: say so
+            if reasons.get(key, "").startswith(NO_SLOT_WAITING):
+                reasons[key] = f"waiting: no slot but {slot} accepts it, tried again next cycle"
         return ModePlan(pins, (plan,), reasons)

@@ -48,6 +48,7 @@ class Running:
     mate_key: Optional[str] = None         # guests: the record key of the node-slot claim it shares cores of
     cgroup: Optional[str] = None           # node-slot and guest claims: its cgroup, once found and checked
     gpu_started: bool = False              # GPU claims: the agent let its job start (a co-runner on its GPUs)
+    spare_started: bool = False            # spare claims: the agent admitted its start (then confines it)
     stopped_at: float = 0.0                # over its memory: when the agent stopped it (SIGSTOP), for the startd to hold
     kill_sent: bool = False                # not held in time: the agent killed it
 
@@ -93,7 +94,7 @@ def _from_json(obj: Any) -> Running:
         claim=claim, first_seen=rules.number("first_seen", obj.get("first_seen"), 0, 1e11),
         units=None if units is None else parse_units(units, claim.compute))
     for name in ("uid", "shared", "co_runners", "verified", "last_seen", "samples", "perf", "killed", "refused",
-                 "gpu_started", "stopped_at", "kill_sent"):
+                 "gpu_started", "spare_started", "stopped_at", "kill_sent"):
         if name in obj:
             setattr(record, name, obj[name])
     cpus = obj.get("cpus")

@@ -11,7 +11,9 @@ the primaries measurably leave idle). Every interval it
   max(5% of M, M - max(Q + xi, live use)) and soft max(5% of M, hard - xi), split among the
   spare claims by their Cpus, tightened the interval the primaries' use rises; memory is never
   lowered below what a spare job uses: such a job is vacated through the startd instead
-  (``CoSchedSpareEvict_<slot>``), largest first, until the rest fit;
+  (``CoSchedSpareEvict_<slot>``), largest first, until the rest fit; once the claim is gone
+  the request is kept VACATED_KEPT_S as a record (``CoSchedSpareVacated_<cluster>_<proc>``),
+  so the sidecar, a negotiation cycle or more later, can tell the job why it went back to idle;
 - publishes DIR/spare.json for the startd cron (``CoSchedSpare*``).
 
 Which claims are spare: their slot's id is the spare slot's in the root-owned node config,
@@ -39,6 +41,10 @@ SPARE_INTERVAL_S = 5.0
 #: The share of the spare slot's cores and memory always left to spare jobs (Section IV-B).
 FLOOR_SHARE = 0.05
 MB = 1 << 20
+#: How long a vacated spare job's record stays published after its claim ended, and how many
+#: (the sidecar reads it within a negotiation cycle or two; the record never preempts).
+VACATED_KEPT_S = 900.0
+VACATED_KEPT = 32
 
 
 @dataclass(frozen=True)
@@ -53,10 +59,17 @@ class NodeLimits:
 
 @dataclass(frozen=True)
 class SpareUse:
-    """A spare claim as the split sees it: its Cpus and its memory use now (bytes)."""
+    """A spare claim as the split sees it: its Cpus, its memory use now and its request (the
+    dynamic slot's Memory), in bytes."""
     key: str
     cpus: int
     memory_bytes: int
+    request_bytes: int = 0
+
+    @property
+    def held(self) -> int:
+        """What the claim is entitled to keep: its request, or its use when above it."""
+        return max(self.memory_bytes, self.request_bytes)
 
 
 def node_limits(cores: int, memory_mb: int, cpu: Optional[insight.Estimate], memory: Optional[insight.Estimate],
@@ -82,28 +95,42 @@ def spare_offer(total: float, estimate: Optional[insight.Estimate]) -> float:
 
 
 def split(claims: Sequence[SpareUse], limits: NodeLimits) -> Tuple[Dict[str, Limits], List[str]]:
-    """Each spare claim's limits and the claims to vacate. While the claims together use more
-    memory than the node's hard limit, the largest user goes (its limit is left as it is: never
-    lowered below use). Each claim that stays gets what it uses plus the share of the slack its
-    Cpus are of theirs (so no claim is vacated while the node's limit holds them all), its soft
-    limit the same less its share of the soft band (never below what it uses); the CPU cap by
-    Cpus share of every claim."""
+    """Each spare claim's limits and the claims to vacate. While what the claims hold (each its
+    request, or its use when above it) is more than the node's hard limit, the largest goes (its
+    limit is left as it is: never lowered below use). Each claim that stays gets what it holds
+    plus the share of the slack its Cpus are of theirs (so a job within its request never meets
+    the kernel's limit, and none is vacated while the node holds them all), its soft limit the
+    same less its share of the soft band (never below what it uses); the CPU cap by Cpus share
+    of every claim."""
     remaining, evicted = list(claims), []
-    while remaining and sum(c.memory_bytes for c in remaining) > limits.memory_hard_mb * MB:
-        victim = max(remaining, key=lambda c: (c.memory_bytes, c.key))
+    while remaining and sum(c.held for c in remaining) > limits.memory_hard_mb * MB:
+        victim = max(remaining, key=lambda c: (c.held, c.key))
         remaining.remove(victim)
         evicted.append(victim.key)
     weight = sum(max(1, c.cpus) for c in remaining) or 1
-    slack = max(0.0, limits.memory_hard_mb * MB - sum(c.memory_bytes for c in remaining))
+    slack = max(0.0, limits.memory_hard_mb * MB - sum(c.held for c in remaining))
     band = max(0.0, (limits.memory_hard_mb - limits.memory_soft_mb) * MB)
     out: Dict[str, Limits] = {}
     all_weight = sum(max(1, c.cpus) for c in claims) or 1
     for c in claims:
         share = max(1, c.cpus) / weight
-        hard = int(c.memory_bytes + slack * share)
+        hard = int(c.held + slack * share)
         out[c.key] = Limits(limits.cores * max(1, c.cpus) / all_weight,
                             max(c.memory_bytes, int(hard - band * share)), hard)
     return out, evicted
+
+
+def admission(request_bytes: int, others: Sequence[SpareUse], limits: Optional[NodeLimits]) -> Optional[str]:
+    """Why a spare claim asking ``request_bytes`` cannot start beside ``others`` (None: it can):
+    the node has no estimate yet, or what the others hold plus the request passes the node's
+    hard limit (started, it would be vacated at once, or the others would)."""
+    if limits is None:
+        return "the node has no estimate of its primaries yet"
+    held = sum(c.held for c in others)
+    if held + request_bytes > limits.memory_hard_mb * MB:
+        return (f"the primaries leave spare jobs {limits.memory_hard_mb:.0f} MB now; spare jobs hold "
+                f"{held / MB:.0f} MB and this one asks {request_bytes / MB:.0f} MB")
+    return None
 
 
 def proc_usage(pids: Sequence[int], proc_root: str = "/proc") -> Usage:
@@ -145,7 +172,9 @@ class SpareDuty:
         self._spare_logged: Optional[str] = "not probed yet"
         self._spare_prev: Dict[str, Tuple[str, float, float]] = {}   # key -> (source, cpu_s, at)
         self._spare_written: Dict[str, Limits] = {}
+        self._spare_used: Dict[str, int] = {}                        # claim key -> memory use last interval
         self._spare_evict: Dict[str, dict] = {}
+        self._spare_vacated: List[dict] = []   # requests whose claims are gone, oldest first
         self._spare_leftover: Dict[str, Optional[int]] = {}          # our group -> its job's uid
         self._spare_once: Dict[str, str] = {}
         self._spare_tight = False
@@ -175,7 +204,8 @@ class SpareDuty:
     def start_spare(self, record: Running, table: Dict[int, procs.Proc]) -> None:
         """Confine a starting spare claim before its job runs: our group made, its limits
         written, its starter moved in (the job then inherits the group from its first
-        instruction); Refused (code 3: back to Idle) where no cgroup is usable."""
+        instruction); Refused (code 3: back to Idle) where no cgroup is usable or the node cannot
+        hold its request now (``admission``)."""
         claim = record.claim
         record.refused = None
         problem = self.spare_probe()
@@ -183,13 +213,20 @@ class SpareDuty:
         try:
             if problem is not None or cgroups is None:
                 raise Refused(EXIT_OVERSUBSCRIBED, f"no usable cgroup: {problem}")
+            others = [SpareUse(r.key, r.claim.cpus, self._spare_used.get(r.key, 0), r.claim.memory_mb * MB)
+                      for r in self.spare_records() if r.key != record.key]
+            full = admission(claim.memory_mb * MB, others,
+                             self.spare_limits if None not in self.spare_estimates else None)
+            if full is not None:
+                raise Refused(EXIT_OVERSUBSCRIBED, full)
             group = cgroups.ours(claim.slot)
             cgroups.create(group)
             record.cgroup = group
+            record.spare_started = True
             self.confine_spare(table)
             cgroups.move(group, [record.starter_pid])
         except (Refused, OSError) as exc:
-            record.refused = str(exc)
+            record.refused, record.spare_started = str(exc), False
             raise Refused(EXIT_OVERSUBSCRIBED, f"spare-capacity start of {claim.job} on {self.config.node} "
                                                f"({claim.slot}) refused: {getattr(exc, 'strerror', None) or exc}",
                           claim.job) from None
@@ -207,9 +244,12 @@ class SpareDuty:
         self.spare_probe()
         self._remove_leftovers()
         live = set(self.records)
-        for memo in (self._spare_prev, self._spare_evict):
+        for memo in (self._spare_prev, self._spare_used):
             for key in [k for k in memo if k not in live]:
                 del memo[key]
+        for key in sorted((k for k in self._spare_evict if k not in live), key=lambda k: self._spare_evict[k]["time"]):
+            self._spare_vacated.append(self._spare_evict.pop(key))
+        self._spare_vacated = [e for e in self._spare_vacated if now - e["time"] <= VACATED_KEPT_S][-VACATED_KEPT:]
         self.sample_primaries(table, now)
         self.spare_estimates = (self.spare_cpu.estimate(), self.spare_memory.estimate())
         slot = self.config.spare_slot
@@ -220,7 +260,7 @@ class SpareDuty:
                      f"{self.spare_limits.memory_hard_mb:.0f} MB")
         self._spare_tight = self.spare_limits.tightened
         if self._spare_problem is None:
-            self.confine_spare(table)
+            self.confine_spare(table, now)
         self.publish_spare(now)
 
     def sample_primaries(self, table: Dict[int, procs.Proc], now: float) -> None:
@@ -276,9 +316,11 @@ class SpareDuty:
         return "proc", proc_usage(pids, self.proc_root)
 
     def spare_records(self) -> List[Running]:
-        return [r for r in self.records.values() if self.is_spare(r) and not r.refused]
+        """The spare claims whose start the agent admitted (a claim whose hook has not asked yet
+        runs nothing, and holds nothing until admitted)."""
+        return [r for r in self.records.values() if self.is_spare(r) and r.spare_started and not r.refused]
 
-    def confine_spare(self, table: Dict[int, procs.Proc]) -> None:
+    def confine_spare(self, table: Dict[int, procs.Proc], now: Optional[float] = None) -> None:
         """Every spare claim in a group (its own or ours, its job's processes moved in), its
         share of the limits written, and the claims that must go recorded for the startd."""
         cgroups = self.spare_cgroups
@@ -308,15 +350,17 @@ class SpareDuty:
                                              f"{getattr(exc, 'strerror', None) or exc}")
                 continue
             groups[record.key] = group
-            uses.append(SpareUse(record.key, claim.cpus, used))
+            self._spare_used[record.key] = used
+            uses.append(SpareUse(record.key, claim.cpus, used, claim.memory_mb * MB))
         shares, evicted = split(uses, limits)
-        now = time.time()
+        now = time.time() if now is None else now
         for key in evicted:
             record = self.records[key]
             if key not in self._spare_evict:
-                used = next(u.memory_bytes for u in uses if u.key == key)
+                use = next(u for u in uses if u.key == key)
                 reason = (f"spare capacity: the primaries need the memory back (spare jobs may use "
-                          f"{limits.memory_hard_mb:.0f} MB, this job uses {used / MB:.0f} MB)")
+                          f"{limits.memory_hard_mb:.0f} MB; this job asked for {use.request_bytes / MB:.0f} MB "
+                          f"and uses {use.memory_bytes / MB:.0f} MB)")
                 self._spare_evict[key] = {"slot": record.claim.slot, "job": record.claim.job, "reason": reason,
                                           "time": now}
                 self.log(f"spare job {record.claim.job} ({record.claim.slot}) to be vacated: {reason}")
@@ -412,4 +456,5 @@ class SpareDuty:
                                                    "memory_hard_mb": round(limits.memory_hard_mb, 1),
                                                    "memory_soft_mb": round(limits.memory_soft_mb, 1)},
             "claims": [{"job": r.claim.job, "slot": r.claim.slot, "cgroup": r.cgroup} for r in self.spare_records()],
-            "evict": sorted(self._spare_evict.values(), key=lambda e: e["slot"])})
+            "evict": sorted(self._spare_evict.values(), key=lambda e: e["slot"]),
+            "vacated": self._spare_vacated})

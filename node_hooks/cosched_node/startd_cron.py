@@ -28,6 +28,9 @@ a missing, stale or malformed file publishes a node that offers nothing):
   CoSchedSpareEvict_<slot> "<job> <reason>": a spare job on that (dynamic) slot of the spare slot the
                            agent asks the startd to vacate (config.d/20 preempts it, no hold: it goes
                            back to idle), e.g. when its memory must shrink below what it uses
+  CoSchedSpareVacated_<cluster>_<proc>  "<unix time> <reason>": such a request whose claim has ended,
+                           kept 15 minutes so the sidecar can tell the job why it is idle again
+                           (no policy reads it: it never preempts a later run of the job)
 Exit codes: 0 facts printed; 2 node config invalid (prints only CoSchedNodeConfigOK = false).
 """
 
@@ -198,6 +201,7 @@ def spare_lines(config: NodeConfig, state_dir: str, alive: bool, now: float, max
         lines += [format_line("CoSchedSpareConfidence", values[2]), format_line("CoSchedSpareSamples", values[3]),
                   format_line("CoSchedSpareUpdated", updated)]
         lines += spare_evict_lines(spare.get("evict"), slot.slot_id)
+        lines += spare_vacated_lines(spare.get("vacated"))
     return lines
 
 
@@ -215,6 +219,21 @@ def spare_evict_lines(entries: object, spare_slot_id: int) -> List[str]:
             continue
         out[slot] = f"{job} {SAFE_TEXT_RE.sub('', reason)[:200]}"
     return [format_line(f"CoSchedSpareEvict_{slot}", out[slot]) for slot in sorted(out)]
+
+
+def spare_vacated_lines(entries: object) -> List[str]:
+    """``CoSchedSpareVacated_<cluster>_<proc> = "<unix time> <reason>"`` for each eviction
+    request whose claim has ended (the newest per job): valid job ids and times only."""
+    out: Dict[str, str] = {}
+    for entry in entries[-64:] if isinstance(entries, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        job, reason, when = entry.get("job"), entry.get("reason"), _real(entry, "time", 0, 1e11)
+        if not isinstance(job, str) or not re.fullmatch(r"\d{1,12}\.\d{1,9}", job) or not isinstance(reason, str) \
+                or when is None:
+            continue
+        out[job.replace(".", "_")] = f"{int(when)} {SAFE_TEXT_RE.sub('', reason)[:200]}"
+    return [format_line(f"CoSchedSpareVacated_{job}", out[job]) for job in sorted(out)]
 
 
 #: How long a stop stays published for the startd's hold policy (the agent kills a job not

@@ -251,9 +251,10 @@ class Node:
     def group_dir(self, group: str, controller: str = "cpu") -> Path:
         return self.cg / group.lstrip("/") if self.version == 2 else self.cg / controller / group.lstrip("/")
 
-    def claim(self, slot_id: int, cpus: int, own_cgroup: bool = False, **usage) -> str:
+    def claim(self, slot_id: int, cpus: int, own_cgroup: bool = False, admitted: bool = True, **usage) -> str:
         """A running claim on slot ``slot_id``: a starter and its job (in HTCondor's own cgroup
-        htcondor/<slot> when ``own_cgroup``)."""
+        htcondor/<slot> when ``own_cgroup``); on the spare slot, one whose start the agent
+        admitted unless not ``admitted`` (the hook asks: ``spare_start``)."""
         n = self.n = self.n + 1
         job, slot = f"{n}.0", f"slot{slot_id}_{n}"
         starter, pid = 1000 + n, 5000 + n
@@ -264,14 +265,23 @@ class Node:
         fake_proc(self.proc, pid, starter, "job", JOB_UID, 300 + n, cgroup_lines(self.version, group), **usage)
         self.view.ads.append(slot_ad(slot, job, starter, Cpus=cpus, Memory=1000))
         self.jobs[job] = {"starter": starter, "pid": pid, "slot": slot, "group": group, "n": n}
+        if slot_id == self.config.spare_slot.slot_id and admitted:
+            self.agent.reconcile(self.agent.claims(), procs.process_table(str(self.proc)), 0.0)
+            next(r for r in self.agent.records.values() if r.claim.job == job).spare_started = True
         return job
+
+    def warm(self, start: float) -> float:
+        """Intervals enough for an estimate (none of the primaries busy); the next time."""
+        for k in range(insight.MIN_SAMPLES + 1):
+            self.tick(start + SPARE_INTERVAL_S * k)
+        return start + SPARE_INTERVAL_S * (insight.MIN_SAMPLES + 1)
 
     def spare_start(self, cpus: int) -> dict:
         """A spare claim whose PREPARE_JOB hook asks the agent (our group made as the kernel would)."""
         n = self.n + 1
         if self.fake_kernel:
             kernel_group(self.cg, self.version, f"/cosched_spare/slot2_{n}")
-        job = self.claim(2, cpus)
+        job = self.claim(2, cpus, admitted=False)
         info = self.jobs[job]
         hook = 3000 + info["n"]
         fake_proc(self.proc, hook, info["starter"], "python3", JOB_UID, 200 + info["n"],
@@ -377,6 +387,7 @@ def test_a_spare_job_that_must_shrink_below_its_use_is_vacated_through_the_start
 def test_our_group_is_removed_when_its_claim_ends_and_leftovers_of_its_job_are_killed(tmp_path: Path, version: int,
                                                                                      monkeypatch):
     node = Node(tmp_path, version)
+    node.warm(900.0)
     reply = node.spare_start(1)
     info = node.jobs[reply["job"]]
     node.tick(1000.0)

@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from cosched_node import insight
 from cosched_node.spare_cgroups import CFS_PERIOD_US, Limits, SpareCgroups
 
 MB = 1 << 20
@@ -29,8 +30,8 @@ def v1_root() -> str | None:
                     continue
                 options = fields[-1].split(",")
                 for controller in ("cpu", "cpuacct", "memory"):
-                    if controller in options:
-                        mounts[controller] = fields[4]
+                    if controller in options:   # the host's own, not a later bind (a pool's chroot)
+                        mounts.setdefault(controller, fields[4])
     except OSError:
         return None
     if set(mounts) != {"cpu", "cpuacct", "memory"} or os.geteuid() != 0:
@@ -113,13 +114,17 @@ def test_the_agent_confines_a_real_spare_claim_from_its_start_and_removes_its_gr
         starter = starters.job()
         view = FakeView(cfg, [slot_ad("slot2_1", "7.0", starter.pid, Cpus=2, Memory=1000)])
         node_agent = make_agent(cfg, tmp_path / "state", view, logs, spare_cgroups=cgroups)
-        reply = node_agent.answer(starter.child, JOB_UID)      # the job's process stands in for the hook
+        refused = node_agent.answer(starter.child, JOB_UID)    # the job's process stands in for the hook
+        assert refused["status"] == "refused" and "no estimate of its primaries yet" in refused["message"]
+        for _ in range(insight.MIN_SAMPLES + 1):                 # no primary: the node is all spare
+            node_agent.tick()
+        reply = node_agent.answer(starter.child, JOB_UID)
         assert reply == {"status": "ok", "kind": "spare", "slot": "slot2_1", "cgroup": cgroups.ours("slot2_1")}, logs
         group = reply["cgroup"]
         assert starter.pid in cgroups.procs(group)               # the starter: its next child starts inside
         node_agent.tick()
         assert sorted(cgroups.procs(group)) == sorted([starter.pid, starter.child])
-        assert cgroups.read_limit(group, "cpu.cfs_quota_us") == "10000"       # no estimate yet: 5% of 2 cores
+        assert cgroups.read_limit(group, "cpu.cfs_quota_us") == "200000"      # both cores idle
         assert cgroups.read_limit(group, "memory.limit_in_bytes") == str(1000 * MB)
         assert procs.read_proc(starter.child) is not None
         starter.end()

@@ -50,6 +50,22 @@ def from_job_usage(slot: Slot, running: Sequence[Job]) -> SpareCapacity:
 
 #: A waiting job's reason names at most this many nodes that take no spare-capacity job now.
 NODES_NAMED = 3
+#: How a job's reason begins once its node had it vacated; kept until it runs again.
+VACATED_WORDS = "vacated from "
+
+
+def eviction(job: Job, slot: Slot) -> str | None:
+    """Why ``slot``'s node agent had the startd vacate idle ``job``: its request while the
+    claim lasts, or the record kept after the claim ended when made during the job's last run
+    (at or after ``JobCurrentStartDate``: never a request older than a later start)."""
+    spare = slot.spare
+    if spare is None or not job.is_idle:
+        return None
+    why = spare.evictions.get(job.key.job_id)
+    past = spare.vacated.get(job.key.job_id) if why is None else None
+    if past is not None and past[0] >= (job.started_at_s or 0):
+        why = past[1]
+    return why
 
 
 class SpareView(SlotView):
@@ -64,10 +80,10 @@ class SpareView(SlotView):
     def pin_problem(self, job: Job, slot: Slot) -> str | None:
         """An idle job its node's agent asked the startd to vacate (the primaries needed the
         room back) is unpinned, and told why until it runs again."""
-        why = slot.spare.evictions.get(job.key.job_id) if job.is_idle and slot.spare is not None else None
+        why = eviction(job, slot)
         if why is None:
             return None
-        self.vacated[job.key] = told = f"vacated from {slot.machine}: {why}"
+        self.vacated[job.key] = told = f"{VACATED_WORDS}{slot.machine}: {why}"
         return told
 
     def offered(self, jobs: Sequence[Job], free: Sequence[Slot]) -> tuple[tuple[Job, ...], tuple[Slot, ...]]:
@@ -93,6 +109,9 @@ class SpareView(SlotView):
 
     def plan(self, planner: Policy, jobs: list[Job], refused: dict[JobKey, str]) -> ModePlan:
         planned = super().plan(planner, jobs, refused)
+        for job in jobs:   # told in an earlier cycle, and not run since (a run is told "running on")
+            if job.key not in self.vacated and (job.pin_reason or "").startswith(VACATED_WORDS):
+                self.vacated[job.key] = job.pin_reason.split("; now ", 1)[0]
         if not self.left_out and not self.vacated:
             return planned
         named = sorted(self.left_out.items())
