@@ -386,13 +386,12 @@ def _pinned(jobs: Sequence[Job]) -> list[Job]:
 
 @dataclass(frozen=True, slots=True)
 class CycleJobs:
-    """Each active mode's jobs (``by_mode``), each aged job's first-seen cycle, how many
-    covered idle jobs the cycle saw, and whether they have one submitter and one JobPrio."""
+    """Each active mode's jobs (``by_mode``), each aged job's first-seen cycle, and how many
+    covered idle jobs the cycle saw."""
 
     by_mode: dict[str, ModeJobs]
     first_seen: dict[JobKey, int]
     seen: int
-    key_ordered: bool
 
 
 def follow_jobs(jobs: Sequence[Job], modes: Sequence[SharingMode], remembered: Mapping[JobKey, int], cycle: int,
@@ -419,6 +418,9 @@ def follow_jobs(jobs: Sequence[Job], modes: Sequence[SharingMode], remembered: M
         first_seen = dict(zip(keys, map(remembered.get, keys, repeat(cycle))))
         pinned = _pinned(idle)
     lacking = view is None or view.counts["no_pin_clause"] > 0
+    # What the covered view knows of its jobs' submitters holds for the device and spread
+    # modes' jobs only; any other mode finds out from its own.
+    key_ordered = view is not None and len(view.distinct("submitter")) <= 1 and len(view.distinct("prio")) <= 1
     by_mode: dict[str, ModeJobs] = {}
     for mode in modes:
         if mode_of is not None:
@@ -428,14 +430,13 @@ def follow_jobs(jobs: Sequence[Job], modes: Sequence[SharingMode], remembered: M
             by_mode[mode.name] = ModeJobs(own, mine, _pinned(mine), lacking)
         elif mode.name == "devices":  # covered jobs are device jobs or spread ones
             mine = idle if view is not None and not view.counts["not_device"] else list(filter(_is_device, idle))
-            by_mode[mode.name] = ModeJobs(mine, mine, [j for j in pinned if _is_device(j)], lacking)
+            by_mode[mode.name] = ModeJobs(mine, mine, [j for j in pinned if _is_device(j)], lacking, key_ordered)
         elif mode.name == "spread":
             mine = [] if view is not None and not view.counts["spread_only"] else \
                 [j for j in compress(idle, map(_spread, idle)) if not _is_device(j)]
-            by_mode[mode.name] = ModeJobs(mine, mine, [j for j in pinned if not _is_device(j)], lacking)
+            by_mode[mode.name] = ModeJobs(mine, mine, [j for j in pinned if not _is_device(j)], lacking, key_ordered)
         else:
             own = [j for j in jobs if j.sharing_mode == mode.name]
             mine = sorted((j for j in own if j.status is JobStatus.IDLE), key=_key_order)
             by_mode[mode.name] = ModeJobs(own, mine, _pinned(mine))
-    key_ordered = view is not None and len(view.distinct("submitter")) <= 1 and len(view.distinct("prio")) <= 1
-    return CycleJobs(by_mode, first_seen, len(idle), key_ordered)
+    return CycleJobs(by_mode, first_seen, len(idle))

@@ -57,8 +57,6 @@ class ModeContext:
     profiles: ProfileStore | None = None
     #: The cycle's ``cycle_cache.PlanCache`` (None: plan afresh); only the device mode reads it.
     cache: Any = None
-    #: True when the mode's idle jobs have one submitter and one JobPrio (fair order is key order).
-    key_ordered: bool = False
     #: What the modes that pin to partitionable slots hold on them this cycle, shared among
     #: them (``slot_mode.SlotLedger``), so that no two of them book the same room.
     slot_ledger: Any = None
@@ -74,6 +72,9 @@ class ModeJobs:
     pinned: Sequence[Job]
     #: False when the caller knows every idle job has the pin clause (no enrollment pass).
     may_lack_pin_clause: bool = True
+    #: True when the caller knows these idle jobs have one submitter and one JobPrio (fair
+    #: order is key order); False: the mode finds out from the jobs.
+    key_ordered: bool = False
 
 
 @dataclass(frozen=True, slots=True)

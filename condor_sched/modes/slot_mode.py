@@ -229,7 +229,7 @@ class SlotMode(SharingMode):
         def is_aged(job: Job) -> bool:
             return cycle - first_seen.get(job.key, cycle) > aged
 
-        return plan_in_turns(planner, request, view.context.settings, is_aged, view.context.key_ordered, run)
+        return plan_in_turns(planner, request, view.context.settings, is_aged, view.jobs.key_ordered, run)
 
     def told_before(self, plan: Plan, view: SlotView) -> dict[JobKey, str] | None:
         """What the unplaced jobs of ``plan`` are told, when a cache kept it (None: build it)."""
@@ -271,7 +271,7 @@ class SlotView:
     def offered(self, jobs: Sequence[Job], free: Sequence[Slot]) -> tuple[tuple[Job, ...], tuple[Slot, ...]]:
         """The jobs in fair-share order, and the free slots of the mode's kind."""
         context, kind = self.context, self.mode.slot_kind
-        if context.key_ordered:
+        if self.jobs.key_ordered:
             ordered: Sequence[Job] = jobs
         elif len(set(map(_submitter, jobs))) <= 1 and len(set(map(_job_prio, jobs))) <= 1:
             # One submitter, one JobPrio: fair order is key order (each job's virtual finish

@@ -137,9 +137,12 @@ class GpuWatch:
         pinned = [a for a in ads if a["JobStatus"] == IDLE and isinstance(a.get("CoSchedPinSlot"), str)]
         self.pinned_idle_seen = max(self.pinned_idle_seen, len(pinned))
         for a in running:
-            if f"@{NODE}@" not in str(a.get("RemoteHost")):
+            name = a.get("RemoteHost")
+            if not isinstance(name, str):   # a job leaving its claim is Running a moment without one
+                continue
+            if f"@{NODE}@" not in name:
                 self.violations.append(f"running off {NODE}: {a}")
-            job, name = (a["ClusterId"], a["ProcId"]), str(a.get("RemoteHost"))
+            job = (a["ClusterId"], a["ProcId"])
             if self._on_slot.get(name, job) != job:
                 self.reused_slot_names += 1
             self._on_slot[name] = job

@@ -220,3 +220,12 @@ def test_a_job_its_node_vacated_is_unpinned_and_told_why_until_it_runs_again(tmp
     assert key(1) in {a.job for a in decision.kept}
     assert pinned(decision) == {0: "slot2@n2.test"}     # n1's room is held by 1.1's kept pin
     assert decision.reasons[key(0)].startswith(f"vacated from n1.test: {why}; now pinned to slot2@n2.test")
+
+
+def test_two_users_share_a_spare_slot_in_fair_share_order_with_no_device_job_in_the_queue():
+    """The device queue's one-submitter shortcut never stands for the spare jobs' order (the
+    live scale test found every pin going to the first user's cluster in queue order)."""
+    slots = node_ads("n1", spare=published(2.0, 4000))
+    slots[1]["TotalSlotCpus"] = slots[1]["Cpus"] = 2
+    jobs = [job_ad(i, cpus=1, memory=128, User=f"{'alice' if i < 4 else 'bob'}@test") for i in range(8)]
+    assert pinned(decide(jobs, slots)) == {0: "slot2@n1.test", 4: "slot2@n1.test"}
