@@ -10,7 +10,8 @@ the primaries measurably leave idle). Every interval it
   max(5% of C, C - max(Q + xi, live use)) in the idle class, memory hard
   max(5% of M, M - max(Q + xi, live use)) and soft max(5% of M, hard - xi), split among the
   spare claims by their Cpus, tightened the interval the primaries' use rises; memory is never
-  lowered below what a spare job uses: such a job is vacated through the startd instead
+  lowered below what a spare job holds (its request, or its use when above; a start that the
+  node cannot hold is refused): such a job is vacated through the startd instead
   (``CoSchedSpareEvict_<slot>``), largest first, until the rest fit; once the claim is gone
   the request is kept VACATED_KEPT_S as a record (``CoSchedSpareVacated_<cluster>_<proc>``),
   so the sidecar, a negotiation cycle or more later, can tell the job why it went back to idle;
