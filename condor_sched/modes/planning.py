@@ -15,6 +15,9 @@ from condor_sched.model import Assignment, Job, JobKey, NodeMeasurements, Plan, 
 if TYPE_CHECKING:
     from condor_sched.profiles import ProfileStore
 
+#: Why a job waits when its Requirements or every slot's START refuse every slot.
+NO_SLOT_ACCEPTS = "no slot accepts it: its Requirements or the slots' START refuse every slot"
+
 
 class PolicyError(ValueError):
     """An unknown policy name or an invalid policy setting."""
@@ -156,7 +159,7 @@ def run_policy(policy: Policy, request: PlanRequest, settings: PlanSettings) -> 
         slots = tuple(s for n, s in free.items() if allowed is None or n in allowed)
         if not slots:
             unplaced += [Unplaced(j.key, too_large_reason(j, request.slots)
-                                  or "no slot accepts it: its Requirements or the slots' START refuse every slot")
+                                  or NO_SLOT_ACCEPTS)
                          for j in jobs]
             continue
         part = policy.plan(replace(request, idle=tuple(jobs), slots=slots, eligible={}), settings)

@@ -21,7 +21,7 @@ from condor_sched.model import (
     PoolState, Resources, Slot, SlotKind, Unplaced,
 )
 from condor_sched.modes.interface import ModeContext, ModeJobs, ModePlan, SharingMode
-from condor_sched.modes.planning import PlanRequest, PlanSettings, Policy, assigned_request, run_policy
+from condor_sched.modes.planning import NO_SLOT_ACCEPTS, PlanRequest, PlanSettings, Policy, assigned_request, run_policy
 
 _submitter, _job_prio, _key_order = attrgetter("submitter"), attrgetter("job_prio"), attrgetter("key")
 _job_of, _reason_of = attrgetter("job"), attrgetter("reason")
@@ -110,10 +110,6 @@ def free_after_pins(state: PoolState, kept: Iterable[JobKey], plans: Iterable[Pl
             if a.job in jobs and a.slot in free:
                 free[a.slot] = free[a.slot].with_free(free[a.slot].free - assigned_request(jobs[a.job], a))
     return list(free.values())
-
-
-#: A waiting job's reason when every slot's START or its Requirements refuse it.
-NO_SLOT_WAITING = "waiting: no slot accepts it"
 
 
 def without_refused_slot(eligible: Mapping[JobKey, frozenset[str]], refused: Mapping[JobKey, str],
@@ -314,7 +310,8 @@ class SlotView:
             reasons.update((j.key, left) for j in jobs if j.key not in planned)
         cycle = context.cycle
         reasons.update((p.job, pin_reason(p, cycle)) for p in pins)
+        no_slot = waiting[NO_SLOT_ACCEPTS]
         for key, slot in refused.items():   # no slot but the one that just refused it: say so
-            if reasons.get(key, "").startswith(NO_SLOT_WAITING):
+            if reasons.get(key) == no_slot:
                 reasons[key] = f"waiting: no slot but {slot} accepts it, tried again next cycle"
         return ModePlan(pins, (plan,), reasons)
