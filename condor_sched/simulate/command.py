@@ -22,6 +22,7 @@ from condor_sched.simulate.study import simulate_report, spec_for
 from condor_sched.settings import SidecarSettings
 from condor_sched.simulate.gpu_study import MAX_BATCH, PROTOCOLS, is_openb, simulate_openb
 from condor_sched.simulate.hybrid003 import KEYS as HYBRID003_KEYS, POLICIES as HYBRID003_POLICIES, simulate_hybrid003
+from condor_sched.simulate.hybrid003_model import DEADLINE_RULES, INTERFERENCE_READINGS, ModelSettings
 from condor_sched.simulate.hybrid003_workload import SIZES as HYBRID003_SIZES
 from condor_sched.simulate.openb import OpenbError
 from condor_sched.simulate.workloads import MAX_WORKLOAD_JOBS, WorkloadError, default_jobs, is_builtin
@@ -97,6 +98,15 @@ _KEYS = ("makespan_s", "mean_wait_s", "mean_turnaround_s", "mean_slowdown", "thr
               default="ideal", show_default=True,
               help="With --cores-per-node: what really happens to a job whose nodes hold unequal cores "
                    "(paper 001, Eq. 5 ideal, Eq. 6 worst case).")
+@click.option("--interference", type=click.Choice(INTERFERENCE_READINGS), default=None,
+              help="hybrid-003: what the idle class removes of Table I's collocated slowdown: nothing "
+                   "(shared, the default: caches, bandwidth, network) or all of it (time-slicing).")
+@click.option("--parallel-idle", "parallel_idle", type=BoundedFloat(0.0, 1.0), default=None,
+              help="hybrid-003: the parallel stages' idle share as a multiple of the stand-in's (default 1; "
+                   "0: every parallel stage uses all its cores).")
+@click.option("--deadlines", type=click.Choice(DEADLINE_RULES), default=None,
+              help="hybrid-003: a job past its requested time is killed (kill, the default, Section IV) or "
+                   "runs on and counts as missed (overrun).")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,
               help="Write utilisation and concurrency PNGs to this directory (needs matplotlib).")
@@ -105,7 +115,8 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
                      cycle_s: float, age_limit_cycles: int | None, spread_age_limit_cycles: int | None,
                      thread_overcommit: float, offload_model: str, cores_per_node: int | None,
                      max_slowdown: str | None, runtime_model: str, as_json: bool, plot_dir: str | None,
-                     protocol: str | None, batch: int | None) -> None:
+                     protocol: str | None, batch: int | None, interference: str | None,
+                     parallel_idle: float | None, deadlines: str | None) -> None:
     """Simulate a workload under a policy on a simulated pool.
 
     \b
@@ -128,12 +139,18 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
           --inventory openb:openb_node_list_gpu_node.csv --protocol inflation --policy fgd \\
           --seed 0 --sequences 10 --batch 128 --json
     """
+    model_options = (("--interference", interference), ("--parallel-idle", parallel_idle), ("--deadlines", deadlines))
+    if workload != HYBRID003 and any(given is not None for _, given in model_options):
+        raise BadInput(f"{', '.join(name for name, given in model_options if given is not None)}: only for "
+                       f"--workload {HYBRID003}")
     if workload == HYBRID003:
         refused = [name for name, given in (("--jobs", jobs), ("--inventory", inventory_path), ("--sequences", sequences),
                                             ("--footprint-against", footprint_against), ("--cores-per-node", cores_per_node),
                                             ("--max-slowdown", max_slowdown), ("--plot", plot_dir), ("--protocol", protocol),
                                             ("--batch", batch), ("--cycle-s", cycle_s)) if given is not None]
-        _simulate_hybrid003(nodes, policy, seed, refused, as_json)
+        model = ModelSettings(interference or "shared", 1.0 if parallel_idle is None else parallel_idle,
+                              deadlines or "kill")
+        _simulate_hybrid003(nodes, policy, seed, model, refused, as_json)
         return
     if is_openb(workload) or is_openb(inventory_path):
         refused = [name for name, given in (("--jobs", jobs), ("--nodes", nodes), ("--cores-per-node", cores_per_node),
@@ -236,7 +253,8 @@ def _simulate_openb(workload: str, inventory: str | None, protocol: str, policy:
 HYBRID003 = "hybrid-003"
 
 
-def _simulate_hybrid003(nodes: int | None, policy: str | None, seed: int, refused: list[str], as_json: bool) -> None:
+def _simulate_hybrid003(nodes: int | None, policy: str | None, seed: int, model: ModelSettings, refused: list[str],
+                        as_json: bool) -> None:
     """``simulate --workload hybrid-003``: paper 003's cluster experiments (simulate/hybrid003.py)."""
     nodes = 16 if nodes is None else nodes
     policy = policy or "hybrid"
@@ -247,11 +265,11 @@ def _simulate_hybrid003(nodes: int | None, policy: str | None, seed: int, refuse
                        f"(paper 003, Section IV-A), not {nodes}")
     if policy not in HYBRID003_POLICIES:
         raise BadInput(f"--workload {HYBRID003} takes --policy {'|'.join(HYBRID003_POLICIES)}, not {policy!r}")
-    report = simulate_hybrid003(nodes, policy, seed)
+    report = simulate_hybrid003(nodes, policy, seed, model)
     if as_json:
         click.echo(to_json(report))
         return
-    click.echo(f"{HYBRID003}: {nodes} nodes x 32 cores, policy {policy}, seed {seed}")
+    click.echo(f"{HYBRID003}: {nodes} nodes x 32 cores, policy {policy}, seed {seed}, model {model.label()}")
     for key in HYBRID003_KEYS:
         click.echo(f"  {key:26} {report[key]:.3f}")
 

@@ -10,6 +10,8 @@ from functools import lru_cache
 from typing import Any
 
 from cosched_node import insight
+from condor_sched.simulate import hybrid003_settings
+from condor_sched.simulate.hybrid003_settings import signed_pct
 from condor_sched.simulate.hybrid003 import (
     PLAN_S,
     POLICIES,
@@ -20,7 +22,7 @@ from condor_sched.simulate.hybrid003 import (
     run_policy,
     walltime,
 )
-from condor_sched.simulate.hybrid003_model import calibrate
+from condor_sched.simulate.hybrid003_model import ModelSettings, calibrate
 from condor_sched.simulate.hybrid003_workload import APPS, ARRIVALS, HPC_JOBS, SIZES
 
 SEEDS = tuple(range(1, 11))
@@ -46,17 +48,20 @@ def tasks(quick: bool) -> list[tuple[int, str, int]]:
 
 
 @lru_cache(maxsize=None)
-def _vanilla(nodes: int, seed: int) -> RunResult:
-    return run_policy(nodes, "vanilla", seed)
+def _vanilla(nodes: int, seed: int, model: ModelSettings) -> RunResult:
+    return run_policy(nodes, "vanilla", seed, model)
 
 
-def run(task: tuple[int, str, int]) -> tuple[tuple[int, str, int], dict[str, Any]]:
+def run(task: tuple) -> tuple[tuple, dict[str, Any]]:
     """One run's ``--json`` keys and what the section adds: HPC walltime against vanilla as
     Table I compares it (mean over mean), reclaimed core-hours (DI CPU on nodes that held a
-    primary), DI mean turnaround, HPC jobs killed, each application's mean walltime."""
-    nodes, policy, seed = task
-    vanilla = _vanilla(nodes, seed)
-    result = vanilla if policy == "vanilla" else run_policy(nodes, policy, seed)
+    primary), DI mean turnaround, HPC jobs killed (or past their limits), each application's
+    mean walltime. ``task``: ``(nodes, policy, seed)`` at the default settings, or with a
+    ``ModelSettings`` after the seed (``hybrid003_settings``)."""
+    nodes, policy, seed, *given = task
+    model = given[0] if given else ModelSettings()
+    vanilla = _vanilla(nodes, seed, model)
+    result = vanilla if policy == "vanilla" else run_policy(nodes, policy, seed, model)
     out: dict[str, Any] = dict(metrics(result, vanilla))
     hpc = [j for j in result.jobs if j.hpc]
     di = [j for j in result.jobs if not j.hpc]
@@ -64,7 +69,7 @@ def run(task: tuple[int, str, int]) -> tuple[tuple[int, str, int], dict[str, Any
                                  / sum(walltime(vanilla, j.index) for j in hpc) - 1)
     out["reclaimed_core_hours"] = sum(result.outcomes[j.index].reclaimed_s for j in di) / 3600
     out["di_turnaround_s"] = statistics.mean(result.outcomes[j.index].ended_s - j.arrival_s for j in di)
-    out["hpc_killed"] = sum(result.outcomes[j.index].killed for j in hpc)
+    out["hpc_killed"] = sum(result.outcomes[j.index].missed for j in hpc)
     out["app_walltime_s"] = {a: [walltime(result, j.index) for j in result.jobs if j.app == a] for a in APPS}
     return task, out
 
@@ -178,13 +183,15 @@ def section(results: dict, quick: bool) -> list[str]:
                      f"{_fmt(st(n, p, 'primary_slowdown'), 'spct')} | {_fmt(st(n, p, 'hpc_killed'), 'f')} | "
                      f"{_fmt(st(n, p, 'makespan_s'), 'int')} |")
     L.append("")
-    L.extend(_goals(st))
-    L.extend(_why(st, seeds == SEEDS))
+    L.extend(hybrid003_settings.section(results, quick))
+    other = hybrid003_settings.goal_clauses(results, quick)
+    L.extend(_goals(st, other))
+    L.extend(_why(st, other, seeds == SEEDS))
     return L
 
 
-def _why(st, seeds_full: bool) -> list[str]:
-    """What the numbers say about the model and the goals."""
+def _why(st, other: dict[str, Any], seeds_full: bool) -> list[str]:
+    """What the numbers say about the model and the goals (``other``: the settings' figures)."""
     util = {p: st(16, p, "cpu_utilization")[0] for p in POLICIES}
     slow = {p: st(16, p, "primary_slowdown")[0] for p in SPARE_POLICIES}
     reclaim = {p: st(16, p, "reclaimed_core_hours")[0] for p in SPARE_POLICIES}
@@ -197,9 +204,14 @@ def _why(st, seeds_full: bool) -> list[str]:
         "### Where we land, and why\n",
         f"- Utilisation. Our vanilla uses {util['vanilla']:.0%} of the CPU against the paper's 69%: the stand-in "
         "stages give the HPC jobs a mean use of 47% (Montage) to 80% (NEK5000) of their cores, and the text gives "
-        f"no figure to set them by. Hybrid adds {(util['hybrid'] - util['vanilla']) * 100:+.0f} points (the paper +15), so "
-        "84% is out of reach of a model whose primaries leave this much idle while spare tasks may take only what "
-        "their estimate leaves.",
+        f"no figure to set them by. Hybrid adds {(util['hybrid'] - util['vanilla']) * 100:+.0f} points (the paper +15). "
+        f"Primaries busy enough for the paper's vanilla (parallel_idle {other['busiest'][0]:g}: vanilla "
+        f"{other['busiest'][1]:.0%}) leave the DI jobs too little to finish early (hybrid {other['busiest'][2]:.3f} x "
+        f"vanilla's makespan, {other['busiest'][3]:.0%}); no setting of what the text leaves open gives more than "
+        f"{other['utilisation'][0]:.0%}. The paper's 84% with its 0.877 makespan needs a vanilla near 69% and DI jobs "
+        "done in the primaries' leftovers at nearly their own pace (its hybrid Statistics and Synthetic walltimes are "
+        "+5% and +24% of vanilla's), which a model that gives spare tasks only what the primaries leave does not "
+        "give at once.",
         "- HPC walltime and deadlines. The CPU cap protects the primaries' CPU (the spare tasks are in the idle "
         "class and capped at C - max(Q + xi, live use)); what slows them is shared caches, bandwidth and network, "
         f"which Table I's collocated column says are severe for Montage and NEK5000 (k {k['montage']:.1f} and "
@@ -208,12 +220,24 @@ def _why(st, seeds_full: bool) -> list[str]:
         "paper's hybrid column (which we never fit), BLAST's below it (its k is 0: Table I's collocated BLAST is "
         "slowed less than a fair CPU share predicts). A multi-node HPC job runs at its slowest node's pace, and "
         "those slowed past their half-hour slack are killed: the paper reports none, with a +9% to +14% walltime. "
-        "Our goal of +5% would need a cap that also answers the primaries' sensitivity to interference, which "
-        "Algorithm 1 (CPU utilisation only) does not measure.",
+        "Under the other reading, `time-slicing` (Table I's slowdown beyond the fair CPU share is the co-runner's "
+        "time-slicing, which the idle class removes), no HPC job is slowed or killed: "
+        + ", ".join(f"{n} nodes {signed_pct(w)}, {other['missed_time_slicing'][n]:.0%} missed"
+                    for n, w in other["hpc_walltime"].items())
+        + ". The text cannot tell the two apart; Table I's hybrid column, never fitted, against the two (mean "
+        "walltime at 16 nodes, time-slicing / paper / shared): "
+        + ", ".join(f"{a} {t:.0f} / {p:.0f} / {s:.0f} s" for a, (t, p, s) in other["hpc_apps"].items())
+        + ". The default stays `shared`, the reading that errs toward the primaries. Within it, the +5% "
+        "goal would need a cap that also answers the primaries' sensitivity to interference, which Algorithm 1 "
+        "(CPU utilisation only) does not measure (paper 004's model, issue 30).",
         "- Collocated. Our collocated Slurm is faster than vanilla, not 67% slower: a job killed at its limit "
         "stops taking the node, and the calibration assumes a job shares its node all its life, which the "
         "two-jobs-per-node rule gives only part of the time. The paper's collocated walltimes exceed any "
-        "requested time its rounding gives, so its jobs ran past their limits; the text does not say how.",
+        "requested time its rounding gives, so its jobs ran past their limits; the text does not say how. "
+        f"Letting them run on (`--deadlines overrun`) gives {other['collocated'][0]:+.1%} makespan and "
+        f"{other['collocated'][1]:.0%} missed, still far from the paper's +67%: that needs each HPC job beside a "
+        "DI job all its life (Table I's collocated walltimes, to which k is calibrated, are such lives), and DI "
+        "jobs are 39% of the arrivals (33 of 85), so most HPC jobs run alone most of the time.",
         f"- The estimators. At 16 nodes `hybrid` gives the DI tasks {reclaim['hybrid'] / reclaim['koordinator']:.2f}x "
         f"Koordinator's CPU on busy nodes and {reclaim['hybrid'] / reclaim['autopilot']:.2f}x Autopilot's, "
         f"and a DI turnaround of {turn['hybrid']:.0f} s against {turn['koordinator']:.0f} s and "
@@ -223,7 +247,9 @@ def _why(st, seeds_full: bool) -> list[str]:
         "near the busy level for any job that is busy more than 5% of its time. What Q + xi (the 80% level) "
         "reclaims beyond them lies in the primaries' busy stages' leftovers, where the interference is paid. "
         "`guest_core_hours` as defined counts all of the DI jobs' fixed work, so it is equal across policies "
-        "and cannot show the difference; the reclaimed core-hours do.",
+        "and cannot show the difference; the reclaimed core-hours do. Under `time-slicing` no estimator slows a "
+        "primary, and what each reclaims is its whole difference: "
+        + ", ".join(f"{p} {h:.1f}" for p, h in other["reclaimed_time_slicing"].items()) + " core-hours.",
         "- The node's stream. `hybrid`'s stream describes the primaries running now, as the live agent's "
         "(`SpareDuty.sample_primaries`): when a node's primaries change it starts anew, and the node offers "
         f"nothing, its spare tasks at the 5% floor, for the {insight.MIN_SAMPLES} samples (a minute) it takes to "
@@ -245,31 +271,47 @@ def _why(st, seeds_full: bool) -> list[str]:
     ]
 
 
-def _goals(st) -> list[str]:
-    L = ["### Goals\n"]
+def _goals(st, other: dict[str, Any]) -> list[str]:
+    """Each goal at the defaults, then under the other settings (``hybrid003_settings``)."""
+    L = ["### Goals\n", "At the defaults, then the best of the other settings where it differs:\n"]
     ratio = st(16, "hybrid", "makespan_s")[0] / st(16, "vanilla", "makespan_s")[0]
     util = st(16, "hybrid", "cpu_utilization")[0]
     missed = st(16, "hybrid", "missed_deadlines")[0]
     met = lambda ok: "met" if ok else "not met"  # noqa: E731
+    best = other["makespan"], other["utilisation"], other["missed"]
     L.append(f"- hybrid makespan <= {GOAL_MAKESPAN_OF_VANILLA} x vanilla at 16 nodes (paper 0.877): {ratio:.3f}, "
-             f"{met(ratio <= GOAL_MAKESPAN_OF_VANILLA)}.")
-    L.append(f"- hybrid utilisation >= {GOAL_UTILIZATION:.0%} (paper 84%): {util:.1%}, {met(util >= GOAL_UTILIZATION)}.")
-    L.append(f"- hybrid 0 missed deadlines (paper 0): {missed:.1%}, {met(missed == 0)}.")
+             f"{met(ratio <= GOAL_MAKESPAN_OF_VANILLA)}; best {best[0][0]:.3f} ({best[0][1]}), "
+             f"{met(best[0][0] <= GOAL_MAKESPAN_OF_VANILLA)}.")
+    L.append(f"- hybrid utilisation >= {GOAL_UTILIZATION:.0%} (paper 84%): {util:.1%}, {met(util >= GOAL_UTILIZATION)}; "
+             f"best {best[1][0]:.1%} ({best[1][1]}), {met(best[1][0] >= GOAL_UTILIZATION)}.")
+    L.append(f"- hybrid 0 missed deadlines (paper 0): {missed:.1%}, {met(missed == 0)}; best {best[2][0]:.1%} "
+             f"({best[2][1]}), {met(best[2][0] == 0)}.")
     col_ms = st(16, "collocated", "makespan_s")[0] / st(16, "vanilla", "makespan_s")[0] - 1
     col_missed = st(16, "collocated", "missed_deadlines")[0]
-    L.append(f"- collocated in the paper's direction (+67% makespan, 43% missed): {col_ms:+.1%} makespan, "
-             f"{col_missed:.1%} missed.")
+    over = other["collocated"]
+    L.append(f"- collocated in the paper's direction (+67% makespan, 43% missed: longer than vanilla, more missed "
+             f"than hybrid): {col_ms:+.1%} makespan, {col_missed:.1%} missed, {met(col_ms > 0 and col_missed > missed)}; "
+             f"jobs past their limits running on: {over[0]:+.1%}, {over[1]:.1%} missed, "
+             f"{met(over[0] > 0 and over[1] > missed)}.")
     walls = {n: st(n, "hybrid", "hpc_walltime_ratio")[0] for n in SIZES}
     L.append(f"- HPC walltime <= +{GOAL_HPC_WALLTIME:.0%} against vanilla at every size (paper +9% to +14%): "
              + ", ".join(f"{n} nodes {w:+.1%}" for n, w in walls.items())
-             + f", {met(all(w <= GOAL_HPC_WALLTIME for w in walls.values()))}.")
+             + f", {met(all(w <= GOAL_HPC_WALLTIME for w in walls.values()))}; time-slicing: "
+             + ", ".join(f"{n} nodes {signed_pct(w)}" for n, w in other["hpc_walltime"].items())
+             + f", {met(all(w <= GOAL_HPC_WALLTIME for w in other['hpc_walltime'].values()))}.")
     for n in SIZES:
         g_h, g_k = st(n, "hybrid", "guest_core_hours")[0], st(n, "koordinator", "guest_core_hours")[0]
         r_h, r_k = st(n, "hybrid", "reclaimed_core_hours")[0], st(n, "koordinator", "reclaimed_core_hours")[0]
         s_h, s_k = st(n, "hybrid", "primary_slowdown")[0], st(n, "koordinator", "primary_slowdown")[0]
         ok = (g_h >= GOAL_GUEST_OVER_KOORD * g_k and s_h <= s_k) or (g_h >= g_k and s_h <= s_k / 2)
-        L.append(f"- {n} nodes, hybrid against koordinator: guest_core_hours x{g_h / g_k:.2f}, reclaimed core-hours "
-                 f"x{r_h / r_k:.2f}, primary_slowdown {s_h:+.1%} against {s_k:+.1%}: {met(ok)} "
-                 "(>= 1.2x at no higher slowdown, or >= 1x at half of it).")
+        line = (f"- {n} nodes, hybrid against koordinator: guest_core_hours x{g_h / g_k:.2f}, reclaimed core-hours "
+                f"x{r_h / r_k:.2f}, primary_slowdown {s_h:+.1%} against {s_k:+.1%}: {met(ok)} "
+                "(>= 1.2x at no higher slowdown, or >= 1x at half of it)")
+        if n in other["koordinator"]:
+            rh, sh, rk, sk = other["koordinator"][n]
+            ok = (rh >= GOAL_GUEST_OVER_KOORD * rk and sh <= sk) or (rh >= rk and sh <= sk / 2)
+            line += (f"; time-slicing, reclaimed core-hours x{rh / rk:.2f}, primary_slowdown {signed_pct(sh)} against "
+                     f"{signed_pct(sk)}: {met(ok)} on the reclaimed core-hours")
+        L.append(line + ".")
     L.append("")
     return L

@@ -32,14 +32,16 @@ Stand-ins, each ours (the text gives no number):
   load and the size weighting above are the only stand-ins tied to the vanilla figures, each
   set from a ratio the paper prints, not fitted by simulation.
 - CPU phases (the share of its cores a job uses alone, by stage), per application: see
-  :data:`APPS`. Phase lengths are exponential around the stated means, drawn per job.
+  :data:`APPS`. Phase lengths are exponential around the stated means, drawn per job. How
+  idle the parallel stages are is a setting (:func:`scaled_apps`, ``ModelSettings.parallel_idle``).
 - Memory per node (GB) per application, on nodes of 144 GB (Section IV).
 """
 from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 CORES_PER_NODE = 32
 NODE_MEMORY_GB = 144
@@ -110,6 +112,25 @@ APPS: dict[str, App] = {
 }
 HPC_APPS = tuple(a for a in APPS if APPS[a].hpc)
 DI_APPS = tuple(a for a in APPS if not APPS[a].hpc)
+
+
+@lru_cache(maxsize=None)
+def scaled_apps(parallel_idle: float = 1.0) -> dict[str, App]:
+    """:data:`APPS` with each parallel stage's idle share times ``parallel_idle`` (a stage using
+    share u of its cores uses 1 - (1 - u) x parallel_idle); sequential stages are kept
+    (``hybrid003_model.ModelSettings``)."""
+    if parallel_idle == 1.0:
+        return APPS
+
+    def busier(stage: Stage) -> Stage:
+        if stage.first_share <= SEQUENTIAL_SHARE:
+            return stage
+        return replace(stage, first_share=1 - (1 - stage.first_share) * parallel_idle,
+                       rest_share=1 - (1 - stage.rest_share) * parallel_idle)
+
+    return {name: replace(app, head=tuple((busier(st), x) for st, x in app.head), cycle=tuple(map(busier, app.cycle)),
+                          tail=tuple((busier(st), x) for st, x in app.tail))
+            for name, app in APPS.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,8 +207,11 @@ def phases(app: App, runtime_s: float, rng: random.Random) -> tuple[Segment, ...
     return tuple(out)
 
 
-def generate(nodes: int, seed: int) -> tuple[HybridJob, ...]:
-    """The arrivals of one cluster size (4, 8 or 16 nodes), in arrival order (module docstring)."""
+def generate(nodes: int, seed: int, parallel_idle: float = 1.0) -> tuple[HybridJob, ...]:
+    """The arrivals of one cluster size (4, 8 or 16 nodes), in arrival order (module docstring);
+    ``parallel_idle`` scales the parallel stages' idle (:func:`scaled_apps`) and changes nothing
+    else: the same seed gives the same jobs, arrivals and stage lengths."""
+    apps = scaled_apps(parallel_idle)
     if nodes not in ARRIVALS:
         raise ValueError(f"hybrid-003 runs on {', '.join(map(str, SIZES))} nodes (Section IV-A), not {nodes}")
     rng = random.Random(f"hybrid-003/{nodes}/{seed}")
@@ -197,7 +221,7 @@ def generate(nodes: int, seed: int) -> tuple[HybridJob, ...]:
     cluster_cores = nodes * CORES_PER_NODE
     drafts = []
     for is_hpc in kinds:
-        app = APPS[rng.choice(HPC_APPS if is_hpc else DI_APPS)]
+        app = apps[rng.choice(HPC_APPS if is_hpc else DI_APPS)]
         choices = [c for c in app.cores if c <= cluster_cores]
         cores = rng.choices(choices, weights=[1.0 / c for c in choices])[0]
         runtime = app.vanilla_s * rng.uniform(1 - RUNTIME_SPREAD, 1 + RUNTIME_SPREAD)

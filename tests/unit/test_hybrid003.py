@@ -29,6 +29,7 @@ from condor_sched.simulate.hybrid003_workload import (
     HybridJob,
     Segment,
     generate,
+    scaled_apps,
 )
 from condor_sched.simulate.spare_estimators import (
     AutopilotEstimator,
@@ -147,10 +148,12 @@ def test_fair_shares_water_fill():
     assert fair_shares([5, 5], 32) == [5, 5]
 
 
-def test_calibration_reproduces_table_one_collocated_ratio_where_it_can():
-    k = calibrate()
-    for name, app in APPS.items():
-        ratio = collocated_ratio(app, k[name], reference_use(app))
+@pytest.mark.parametrize("parallel_idle", [1.0, 0.5])
+def test_calibration_reproduces_table_one_collocated_ratio_where_it_can(parallel_idle):
+    k = calibrate(parallel_idle)
+    apps = scaled_apps(parallel_idle)
+    for name, app in apps.items():
+        ratio = collocated_ratio(app, k[name], reference_use(app, apps))
         target = app.collocated_s / app.vanilla_s
         if k[name] > 0:
             assert ratio == pytest.approx(target, rel=1e-6)
