@@ -291,15 +291,17 @@ def run(once: bool, dry_run: bool, policy: str | None, gpu_policy_name: str | No
             config = config.with_policy(policy)
         if gpu_policy_name:
             config = config.with_gpu_policy(gpu_policy_name)
+        cycle_end = pool.last_negotiation_cycle_end if settings.cycle_source == "negotiator" else None
         sidecar = Sidecar(settings, config, read, None if dry_run else pool.JobEditor(), notices=notices,
-                          should_stop=lambda: sidecar_daemon is not None and sidecar_daemon.stop_requested)
-        if sidecars:  # a reconfig keeps the cycle count and when each job was first seen (aging)
-            sidecar.memory = sidecars[-1].memory
+                          should_stop=lambda: sidecar_daemon is not None and sidecar_daemon.stop_requested,
+                          cycle_end=cycle_end)
+        if sidecars:  # a reconfig keeps the cycle count, when each job was first seen and pins' ages
+            sidecar.memory, sidecar.last_negotiation_end = sidecars[-1].memory, sidecars[-1].last_negotiation_end
         sidecars[:] = [sidecar]
         spread = config.spread_policy.name if config.spread_policy else "none"
         return daemon.DaemonCycle(
             run_cycle=lambda: sidecar.run_cycle().numbers(), interval_s=settings.interval_s,
-            cycle_end=pool.last_negotiation_cycle_end if settings.cycle_source == "negotiator" else None,
+            cycle_end=cycle_end,
             describe={"Policy": config.device_policy.name, "SpreadPolicy": spread,
                       "NodePolicy": config.node_policy.name if config.node_policy else "none",
                       "GpuPolicy": config.gpu_policy.name if config.gpu_policy else "none",

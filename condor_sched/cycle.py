@@ -79,7 +79,8 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
                        mode_of_job())
     busy = list(compress(state.jobs, map(is_not, map(_status, state.jobs), repeat(JobStatus.IDLE))))
     context = ModeContext(state, memory.cycle, jobs.first_seen, config.plan, config.unpin_age_cycles, busy,
-                          running_jobs(state, busy), config.profiles, cache, slot_ledger=SlotLedger())
+                          running_jobs(state, busy), config.profiles, cache, slot_ledger=SlotLedger(),
+                          negotiated=memory.negotiated)
     kept = [keep_pins(mode, jobs.by_mode[mode.name], context) for mode, _ in active]
     parts = tuple(decide_mode(pins, planner) for pins, (_, planner) in zip(kept, active))
     # A pinned job whose ad went bad cannot be planned: its pin is taken away so it is never

@@ -42,6 +42,11 @@ class CycleMemory:
     cycle: int
     first_seen: Mapping[JobKey, int] = field(default_factory=dict)
     cache: PlanCache | None = field(default=None, compare=False, repr=False)
+    #: The numbers of the latest cycles that followed a new negotiation cycle, oldest first
+    #: (``unpin_age_cycles`` of them at most): a pin ages by these only, so a pin made while
+    #: no negotiator ran is not taken back the moment one runs again. None: every cycle
+    #: follows one (``plan``, the simulator, a sidecar not following the negotiator).
+    negotiated: tuple[int, ...] | None = None
 
     @classmethod
     def fresh(cls, state: PoolState) -> CycleMemory:

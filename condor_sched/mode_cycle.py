@@ -22,7 +22,8 @@ _key_of, _has_pin_clause = attrgetter("key"), attrgetter("has_pin_clause")
 def stale_reason(mode: SharingMode, view: ModeView, job: Job, context: ModeContext) -> str | None:
     """Why ``job``'s pin no longer stands: its slot vanished (or is not of the mode's kinds),
     the node refused the start, the slot takes no new job, the mode's own reason, or the pin
-    was not matched within ``unpin_age_cycles``."""
+    was not matched within ``unpin_age_cycles`` negotiation cycles
+    (``ModeContext.negotiations_since``)."""
     slot = view.slot(job.pinned_slot)
     if slot is None or (mode.slot_kinds and slot.kind not in mode.slot_kinds):
         return f"{mode.slot_words} {job.pinned_slot} vanished"
@@ -34,7 +35,7 @@ def stale_reason(mode: SharingMode, view: ModeView, job: Job, context: ModeConte
     if problem is not None:
         return problem
     age = context.unpin_age_cycles
-    if job.pinned_cycle is None or context.cycle - job.pinned_cycle >= age:
+    if job.pinned_cycle is None or context.negotiations_since(job.pinned_cycle) >= age:
         return f"{mode.pin_words} to {slot.name} not matched within {age} cycles"
     return None
 

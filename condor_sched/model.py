@@ -195,6 +195,19 @@ class Gpu:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuClaim:
+    """A dynamic slot of a GPU node claimed for a job that has not started in it yet (the
+    partitionable slot's ``Child*`` lists: State Claimed, Activity Idle): its name, its user
+    (``RemoteOwner`` without the domain), when it entered the Claimed state and what it holds,
+    (GPU index, memory MB, compute) per GPU. Its shares are already out of the free amounts."""
+
+    name: str
+    owner: str
+    claimed_at_s: int
+    shares: tuple[tuple[int, int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A queued or running job, as the planners see it."""
 
@@ -236,6 +249,8 @@ class Job:
     gpu: GpuRequest | None = None
     #: A GPU job's pinned GPUs (``CoSchedPinGPUs``), and a running one's GPUs.
     pinned_gpus: tuple[int, ...] = ()
+    #: When the sidecar wrote the pin (``CoSchedPinTime``, Unix seconds); None when unknown.
+    pinned_at_s: int | None = None
     attributes: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -343,6 +358,9 @@ class Slot:
     gpu_single_account: bool = False
     #: A SPARE slot's node: what its agent publishes as spare now (None: nothing published).
     spare: SpareCapacity | None = None
+    #: A GPU_NODE slot's claims whose jobs have not started yet (an idle pinned job's own claim
+    #: may be one: ``modes/gpus/live``); () when none, or when the ad's ``Child*`` lists do not read.
+    waiting_gpu_claims: tuple[GpuClaim, ...] = ()
 
     def with_free(self, free: Resources) -> Slot:
         return replace(self, free=free)

@@ -155,7 +155,8 @@ class Sidecar:
 
     def __init__(self, settings: SidecarSettings, config: CycleConfig, read_state: Callable[[], PoolState],
                  editor: Editor | None, *, notices: Notices | None = None,
-                 should_stop: Callable[[], bool] | None = None) -> None:
+                 should_stop: Callable[[], bool] | None = None,
+                 cycle_end: Callable[[], int | None] | None = None) -> None:
         self.settings = settings
         self.config = config
         self.read_state = read_state
@@ -163,6 +164,22 @@ class Sidecar:
         self.memory: CycleMemory | None = None  # None until the first cycle reads the pool
         self.notices = notices or Notices(log)  # a skipped job is warned once, not every cycle
         self.should_stop = should_stop
+        #: The negotiator's last cycle end (``pool.last_negotiation_cycle_end``): pins age only
+        #: by cycles after a new one (``CycleMemory.negotiated``). None: every cycle ages them.
+        self.cycle_end = cycle_end
+        self.last_negotiation_end: int | None = None
+
+    def _negotiated(self, memory: CycleMemory) -> tuple[int, ...] | None:
+        """``memory.negotiated`` with this cycle added when the negotiator ended a cycle since
+        the last one (none while no negotiator ad is in the collector), keeping the latest
+        ``unpin_age_cycles``: all that decides whether a pin aged out."""
+        if self.cycle_end is None:
+            return None
+        end = self.cycle_end()
+        new = end is not None and end != self.last_negotiation_end
+        self.last_negotiation_end = end if end is not None else self.last_negotiation_end
+        latest = (memory.negotiated or ()) + ((memory.cycle,) if new else ())
+        return latest[-max(1, self.config.unpin_age_cycles):]
 
     def _with_exploration(self, state: PoolState) -> PoolState:
         """The state with the piggyback-profiling scale of each spread job's program that has
@@ -178,6 +195,8 @@ class Sidecar:
         started = time.perf_counter()
         state = self._with_exploration(self.read_state())
         memory = self.memory or CycleMemory.fresh(state)
+        negotiated = self._negotiated(memory)
+        memory = replace(memory, negotiated=negotiated)
         decision = decide_cycle(state, memory, self.config)
         self.notices.settle("skipped", {s.what: f"skipped {s}" for s in decision.skipped},
                             ended=lambda what: f"{what} is no longer skipped (its ad reads again, or it left)")
@@ -199,7 +218,7 @@ class Sidecar:
                  len(outcome.failed), seconds,
                  f"; schedds not read: {', '.join(unreachable)}" if unreachable else "",
                  f"; stopped: {outcome.left_on_stop} job edits left for the next run" if outcome.left_on_stop else "")
-        memory = decision.next_memory()
+        memory = replace(decision.next_memory(), negotiated=negotiated)
         if unreachable and self.memory is not None:  # their jobs keep their ages for when they are back
             unseen = {k: c for k, c in self.memory.first_seen.items() if k.schedd in unreachable}
             memory = replace(memory, first_seen={**unseen, **memory.first_seen})

@@ -254,6 +254,7 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
         spare=_lenient(ad, SPARE_ATTR, bool) is True,
         gpu=gpu,
         pinned_gpus=_pinned_gpus(ad) if gpu is not None else (),
+        pinned_at_s=_lenient(ad, PIN_TIME_ATTR, int),
         attributes={
             "Requirements": requirements,
             PIN_ORIGINAL_ATTR: _lookup_text(ad, PIN_ORIGINAL_ATTR) if PIN_ORIGINAL_ATTR in ad else None,
@@ -307,7 +308,8 @@ def _record_reads() -> tuple[str, ...]:
 GPU_JOB_ATTRS = (GPU.request_memory_attr, GPU.request_compute_attr, GPU.count_request_attr, GPU.match_request_attr,
                  GPU_CONSTRAINT_ATTR, PIN_GPUS_ATTR)
 _RECORD_TEXTS = 2
-#: Read per job; they can only make ``submitted_at_s``, ``job_prio`` and ``start_refused`` differ.
+#: Read per job; they can only make ``submitted_at_s``, ``job_prio``, ``start_refused`` and
+#: ``pinned_at_s`` differ.
 _RECORD_PER_JOB_READS = ("QDate", "JobPrio", "VacateReasonCode", PIN_TIME_ATTR, "LastVacateTime",
                          "EnteredCurrentStatus", "VacateReason")
 #: Job records by the schedd, the attributes read and their JSON values (``_job_record``).
@@ -338,7 +340,8 @@ def _job_record(ad: classad2.ClassAd | _PlainAd, schedd: str, reads: tuple[str, 
         cluster, proc = _integer(ad, "ClusterId"), _integer(ad, "ProcId")
     return replace(template, key=JobKey(schedd, cluster, proc),
                    submitted_at_s=_number(ad, "QDate", required=False), job_prio=int(_lenient(ad, "JobPrio", int) or 0),
-                   start_refused=_start_refused(ad, template.status), hook_refusal=_hook_refusal(ad, template.status))
+                   start_refused=_start_refused(ad, template.status), hook_refusal=_hook_refusal(ad, template.status),
+                   pinned_at_s=_lenient(ad, PIN_TIME_ATTR, int))
 
 
 def _plain_json(value: Any) -> bool:

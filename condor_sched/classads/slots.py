@@ -21,7 +21,9 @@ from condor_sched.classads.plain import (
     _string,
 )
 from condor_sched.device_kinds import GPU, DeviceKind, device_kinds
-from condor_sched.model import MAX_GPU_COMPUTE_OVERCOMMIT, Gpu, Resources, Skipped, Slot, SlotKind, SpareCapacity
+from condor_sched.model import (
+    MAX_GPU_COMPUTE_OVERCOMMIT, Gpu, GpuClaim, Resources, Skipped, Slot, SlotKind, SpareCapacity,
+)
 
 #: A device name as the execute node accepts it: the request rules live once, in
 #: ``cosched_node.rules`` (``jobs.request_problem``).
@@ -105,7 +107,8 @@ def _slot_record(ad: classad2.ClassAd) -> Slot | None:
                 updated_at_s=_number(ad, "LastHeardFrom", required=False) or _number(ad, "MyCurrentTime", required=False),
                 children=_child_names(ad), unavailable=_unavailable(ad) or _no_guests(ad, slot_kind), gpus=gpus,
                 gpu_single_account=single_account,
-                spare=_spare_of(ad, total) if slot_kind is SlotKind.SPARE else None)
+                spare=_spare_of(ad, total) if slot_kind is SlotKind.SPARE else None,
+                waiting_gpu_claims=_waiting_gpu_claims(ad, len(gpus)) if gpus else ())
 
 
 #: The most GPUs a GPU node slot may hold (the schedd transform of config.d/10 defines the
@@ -223,6 +226,43 @@ def _child_names(ad: classad2.ClassAd) -> tuple[str, ...] | None:
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         return None
     return tuple(names)
+
+
+def _child_column(ad: classad2.ClassAd, attr: str, kind: type, length: int) -> list | None:
+    """The ad's ``attr`` list (one value per dynamic slot), each value not a ``kind`` as None;
+    None when the list is absent or of another length than ``ChildName``."""
+    values = _eval(ad, attr)
+    if not isinstance(values, list) or len(values) != length:
+        return None
+    return [v if isinstance(v, kind) and not (kind is int and isinstance(v, bool)) else None for v in values]
+
+
+def _waiting_gpu_claims(ad: classad2.ClassAd, gpu_count: int) -> tuple[GpuClaim, ...]:
+    """The GPU node's dynamic slots claimed for a job that has not started in them yet
+    (``ChildState`` Claimed, ``ChildActivity`` Idle), with their ``ChildRemoteOwner``,
+    ``ChildEnteredCurrentState`` and ``ChildCoSchedGPU<k>Memory`` / ``Compute``. Optional: a
+    list that does not read gives none (a child whose values do not read is left out), and
+    the planner then counts every kept pin afresh."""
+    names = _child_names(ad)
+    if not names:
+        return ()
+    n = len(names)
+    columns = [_child_column(ad, attr, kind, n) for attr, kind in (
+        ("ChildState", str), ("ChildActivity", str), ("ChildRemoteOwner", str), ("ChildEnteredCurrentState", int))]
+    amounts = [(_child_column(ad, f"Child{GPU.resource_attr(k, 'Memory')}", int, n),
+                _child_column(ad, f"Child{GPU.resource_attr(k, 'Compute')}", int, n)) for k in range(gpu_count)]
+    if any(c is None for c in columns) or any(m is None or c is None for m, c in amounts):
+        return ()
+    states, activities, owners, entered = columns
+    claims = []
+    for i, name in enumerate(names):
+        if states[i] != "Claimed" or activities[i] != "Idle" or owners[i] is None or entered[i] is None:
+            continue
+        shares = tuple((k, memory[i], compute[i]) for k, (memory, compute) in enumerate(amounts)  # type: ignore[index]
+                       if compute[i] is not None and compute[i] > 0 and memory[i] is not None)  # type: ignore[index]
+        if shares:
+            claims.append(GpuClaim(name, owners[i].split("@", 1)[0], entered[i], shares))
+    return tuple(claims)
 
 
 def slots_from_ads(ads: Iterable[classad2.ClassAd]) -> tuple[list[tuple[Slot, classad2.ClassAd]], list[Skipped]]:

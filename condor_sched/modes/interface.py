@@ -60,6 +60,16 @@ class ModeContext:
     #: What the modes that pin to partitionable slots hold on them this cycle, shared among
     #: them (``slot_mode.SlotLedger``), so that no two of them book the same room.
     slot_ledger: Any = None
+    #: ``CycleMemory.negotiated``: the latest cycles that followed a negotiation cycle (None: all).
+    negotiated: tuple[int, ...] | None = None
+
+    def negotiations_since(self, cycle: int) -> int:
+        """How many negotiation cycles had the chance to match a pin made in ``cycle``: the
+        cycles after it up to this one that followed a new negotiation cycle (at most
+        ``len(negotiated)`` when those are kept; every cycle when ``negotiated`` is None)."""
+        if self.negotiated is None:
+            return self.cycle - cycle
+        return sum(1 for c in self.negotiated if cycle < c <= self.cycle)
 
 
 @dataclass(frozen=True, slots=True)

@@ -269,6 +269,48 @@ def claim_shares(ad: Mapping[str, Any], gpu_count: int,
     return tuple(shares)
 
 
+_PIN_GPUS_RE = re.compile(r"^[0-7](?:,[0-7]){0,7}$")
+
+
+def describe_shares(shares: Sequence[GpuShare]) -> str:
+    """``GPU 1 (250/1000, 3800 MB)``, one entry per share; ``no GPU`` for none."""
+    return ", ".join(f"GPU {s.index} ({s.compute}/1000, {s.memory_mb} MB)" for s in shares) or "no GPU"
+
+
+def pin_shares(pinned_gpus: Any, compute: Any, memory_mb: Any) -> Optional[Tuple[GpuShare, ...]]:
+    """The shares a job's GPU pin asks for (``CoSchedPinGPUs`` "0,3", ``CoSchedPinGPUCompute``
+    and ``CoSchedPinGPUMemory`` of each GPU: what config.d/10 turns into the claim's
+    RequestCoSchedGPU<k>*); () for a job with no pin; None for a pin that does not read."""
+    if pinned_gpus is None and compute is None and memory_mb is None:
+        return ()
+    if not isinstance(pinned_gpus, str) or not _PIN_GPUS_RE.match(pinned_gpus):
+        return None
+    for value, high in ((compute, MAX_GPU_COMPUTE), (memory_mb, MAX_GPU_MEMORY_MB)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+            return None
+    indices = sorted({int(k) for k in pinned_gpus.split(",")})
+    return tuple(GpuShare(k, memory_mb, compute) for k in indices)
+
+
+def pin_disagreement(shares: Sequence[GpuShare], pinned_gpus: Any, compute: Any, memory_mb: Any) -> Optional[str]:
+    """Why a claim holding ``shares`` is not what the job's ad pins now, or None.
+
+    The startd carves a claim from the pin the job ad carried when the schedd claimed the slot.
+    Should the sidecar pin the job again before it starts (its pin aged out, or others crowded
+    it), the claim holds the old pin's GPUs while the ad names the new ones: the job would run
+    where its ad and the sidecar's books do not say. Such a start is refused (back to Idle, a
+    new match carves the new pin), so every running GPU job holds exactly its pin."""
+    wanted = pin_shares(pinned_gpus, compute, memory_mb)
+    if wanted is None:
+        return f"its GPU pin ({str(pinned_gpus)[:20]!r}) does not read, and its claim holds {describe_shares(shares)}"
+    if tuple(sorted(shares, key=lambda s: s.index)) == wanted:
+        return None
+    if not wanted:
+        return f"its claim holds {describe_shares(shares)} but the job is no longer pinned (unpinned after the match)"
+    return (f"its claim holds {describe_shares(shares)} but its pin now names {describe_shares(wanted)} "
+            "(pinned again after the match)")
+
+
 def mps_environment(shares: Sequence[GpuShare], uuids: Sequence[str], pipe_directory: str) -> List[Tuple[str, str]]:
     """The CUDA / MPS variables of a job holding ``shares`` (``uuids[k]`` is GPU k's uuid).
 

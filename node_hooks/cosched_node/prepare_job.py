@@ -26,7 +26,8 @@ where no cgroup is usable; exit 5 when the agent is unreachable). On a GPU node
 (issue 13) a job holding GPUs gets CUDA_VISIBLE_DEVICES (their uuids), CUDA_MPS_PIPE_DIRECTORY,
 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT from its dynamic slot's
 CoSchedGPU<k>Memory / Compute, once the agent lets it start (refused, exit 3: a GPU's memory
-or a second Owner on a GPU), and ``CoSchedGPUs``; a job holding none gets
+or a second Owner on a GPU, or a claim that is not the GPUs and shares the job's ad pins now),
+and ``CoSchedGPUs``; a job holding none gets
 CUDA_VISIBLE_DEVICES=10000, as HTCondor's ``use feature:GPUs`` gives a job with no GPU. Other
 jobs: exit 0, nothing printed.
 
@@ -43,7 +44,8 @@ HoldReasonSubCode = the code).
   2     2               held     node config missing or invalid, or the slot is another node's
   3     303             idle     refused: the device's memory or compute would be oversubscribed
                                  by the live co-runners plus this job; a guest or node-slot start
-                                 the node agent cannot give CPUs (see above)
+                                 the node agent cannot give CPUs; a GPU claim that is not the
+                                 job's current pin (see above)
   4     4               held     malformed, hostile or inconsistent job / machine ad
   5     305             idle     the node agent is unreachable or does not know this start
 """
@@ -277,12 +279,18 @@ def gpu_lines(job_ad: Dict[str, object], machine_ad: Dict[str, object], config: 
     and the MPS variables for the GPUs its DYNAMIC SLOT holds (``CoSchedGPU<k>Compute > 0`` in
     the machine ad, never the job ad), once the node agent, from the startd's own claim,
     agrees and lets it start (it refuses a GPU whose memory the co-runners' claims would
-    exceed, or a second Owner on a GPU). A job holding no GPU gets CUDA_VISIBLE_DEVICES=10000."""
+    exceed, or a second Owner on a GPU). A claim that is not the job's current GPU pin (the
+    sidecar pinned it again after the match: ``gpus.pin_disagreement``) is refused before the
+    agent hears of it. A job holding no GPU gets CUDA_VISIBLE_DEVICES=10000."""
     try:
         shares = gpus.claim_shares(machine_ad, len(config.gpus), config.gpu_compute)
     except gpus.GpuError as exc:
         raise AdError(str(exc)) from None
     merge_environment(job_ad, [])   # a malformed Environment is refused before the agent is asked
+    stale = gpus.pin_disagreement(shares, ad_get(job_ad, "CoSchedPinGPUs"), ad_get(job_ad, "CoSchedPinGPUCompute"),
+                                  ad_get(job_ad, "CoSchedPinGPUMemory"))
+    if stale is not None:
+        raise Refusal(EXIT_OVERSUBSCRIBED, f"GPU node {config.node}: {stale}", "")
     if shares:
         try:
             reply = ask_agent(state_dir, ask)

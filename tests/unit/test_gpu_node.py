@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -391,12 +392,17 @@ class GpuNode:
         return self.agent.answer(starter.child, os.getuid())
 
     def prepare(self, starter: Starter | None, machine: str, job_ad: str = "") -> tuple[int, dict]:
+        """The hook's exit code and output for ``job_ad`` (default: alice's share job) on a
+        claim whose machine ad is ``machine``; a job ad naming no GPU pin gets the pin the
+        claim was carved from, as the schedd's job ad carries it."""
         self.machine_ads += 1
         path = self.root / f"machine{self.machine_ads}.ad"
         path.write_text(machine)
         hook_args = ["--node-config", str(self.config_path), "--state-dir", str(self.state)]
         env = {"_CONDOR_MACHINE_AD": str(path)}
         job_ad = job_ad or 'ClusterId = 40\nProcId = 0\nOwner = "alice"\nRequestGPUMemory = 4000\n'
+        if "CoSchedPinGPUs" not in job_ad:
+            job_ad += _pin_of(machine)
         out = io.StringIO()
         code = prepare_job.main(hook_args, stdin=io.BytesIO(job_ad.encode()), stdout=out, env=env,
                                 ask=lambda state_dir: self.ask(starter))
@@ -411,6 +417,16 @@ def gnode(tmp_path: Path):
     starters = Starters()
     yield GpuNode(tmp_path, starters)
     starters.close()
+
+
+def _pin_of(machine: str) -> str:
+    """The job ad lines of the GPU pin a machine ad's claim was carved from (none for no GPU)."""
+    amounts = {(int(k), what): int(v) for k, what, v in re.findall(r"CoSchedGPU(\d)(Memory|Compute) = (\d+)", machine)}
+    gpus = sorted({k for k, what in amounts if what == "Compute" and amounts[k, what] > 0})
+    if not gpus:
+        return ""
+    return (f'CoSchedPinGPUs = "{",".join(map(str, gpus))}"\nCoSchedPinGPUCompute = {amounts[gpus[0], "Compute"]}\n'
+            f'CoSchedPinGPUMemory = {amounts.get((gpus[0], "Memory"), 0)}\n')
 
 
 def _machine(slot: str, shares: dict[int, tuple[int, int]]) -> str:
@@ -606,15 +622,45 @@ def test_the_gpu_pin_clause_lets_whole_gpu_jobs_match_native_gpu_nodes_and_share
 def test_the_hook_ignores_gpu_amounts_a_job_ad_claims_and_refuses_a_malformed_environment(gnode: GpuNode):
     starter = gnode.claim("slot1_1", "40.0", {0: (4000, 250)})
     hostile = ('ClusterId = 40\nProcId = 0\nRequestCoSchedGPU1Memory = 15360\nRequestCoSchedGPU1Compute = 1000\n'
-               'CoSchedPinGPUs = "0,1"\nEnvironment = "CUDA_VISIBLE_DEVICES=all CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100"\n')
+               'Environment = "CUDA_VISIBLE_DEVICES=all CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100"\n')
     code, out = gnode.prepare(starter, _machine("slot1_1", {0: (4000, 250)}), hostile)
     env = dict(environment.parse_environment_v2(ads.ad_get(out, "Environment")))
     assert code == 0 and env["CUDA_VISIBLE_DEVICES"] == U0 and env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    code, out = gnode.prepare(starter, _machine("slot1_1", {0: (4000, 250)}),
+                              hostile + 'CoSchedPinGPUs = "0,1"\nCoSchedPinGPUCompute = 1000\nCoSchedPinGPUMemory = 15360\n')
+    assert code == errors.EXIT_OVERSUBSCRIBED and "its pin now names GPU 0 (1000/1000, 15360 MB), GPU 1" in \
+        ads.ad_get(out, "HookStatusMessage")         # a pin that is not the claim's starts nothing
     code, out = gnode.prepare(starter, _machine("slot1_1", {0: (4000, 250)}), "ClusterId = 40\nProcId = 0\n"
                               "Environment = 3\n")
     assert code == errors.EXIT_BAD_AD and ads.ad_get(out, "HookStatusCode") == 4
     code, out = gnode.prepare(starter, 'Name = "slot1_1@othernode@othernode.cosched.test"\n')
     assert code == errors.EXIT_BAD_CONFIG
+
+
+def test_a_claim_carved_from_an_older_pin_is_refused_back_to_idle_before_the_agent_hears_of_it(gnode: GpuNode):
+    """The schedd claimed GPU 1 with the job's pin then; the sidecar pinned it again (GPU 0)
+    before it started: it must not run where its ad and the sidecar's books do not say."""
+    starter = gnode.claim("slot1_1", "40.0", {1: (3800, 250)})
+    machine = _machine("slot1_1", {1: (3800, 250)})
+    job = 'ClusterId = 40\nProcId = 0\nOwner = "alice"\nRequestGPUCompute = 250\nRequestGPUMemory = 3800\n'
+    repinned = job + 'CoSchedPinGPUs = "0"\nCoSchedPinGPUCompute = 250\nCoSchedPinGPUMemory = 3800\n'
+    code, out = gnode.prepare(starter, machine, repinned)
+    assert code == errors.EXIT_OVERSUBSCRIBED and ads.ad_get(out, "HookStatusCode") == 303
+    assert ads.ad_get(out, "HookStatusMessage") == (
+        "condor_sched: GPU node gnode: its claim holds GPU 1 (250/1000, 3800 MB) but its pin now names GPU 0 "
+        "(250/1000, 3800 MB) (pinned again after the match); back to idle for a new plan")
+    assert "started on GPU node" not in gnode.log()                 # the agent never let it start
+    for other in (job + 'CoSchedPinGPUs = "1"\nCoSchedPinGPUCompute = 500\nCoSchedPinGPUMemory = 3800\n',
+                  job + 'CoSchedPinGPUs = "1"\nCoSchedPinGPUCompute = 250\nCoSchedPinGPUMemory = 7000\n',
+                  job + 'CoSchedPinGPUs = "0,1"\nCoSchedPinGPUCompute = 250\nCoSchedPinGPUMemory = 3800\n'):
+        assert gnode.prepare(starter, machine, other)[0] == errors.EXIT_OVERSUBSCRIBED
+    code, out = gnode.prepare(starter, machine, job + 'CoSchedPinGPUs = "1"\nCoSchedPinGPUMemory = 3800\n')
+    assert code == errors.EXIT_OVERSUBSCRIBED and "its GPU pin ('1') does not read" in ads.ad_get(out, "HookStatusMessage")
+    code, out = gnode.prepare(starter, machine, job + 'CoSchedPinGPUs = undefined\n')      # unpinned since
+    assert code == errors.EXIT_OVERSUBSCRIBED and "no longer pinned" in ads.ad_get(out, "HookStatusMessage")
+    code, out = gnode.prepare(starter, machine, job + 'CoSchedPinGPUs = "1"\nCoSchedPinGPUCompute = 250\n'
+                                                      'CoSchedPinGPUMemory = 3800\n')
+    assert code == 0 and ads.ad_get(out, "CoSchedGPUs") == "1"      # the pin it was claimed with starts
 
 
 def test_a_refused_gpu_start_says_why_without_the_device_tail(gnode: GpuNode):

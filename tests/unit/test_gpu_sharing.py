@@ -164,6 +164,48 @@ def test_kept_pins_beyond_a_gpus_totals_are_unpinned_newest_first():
     assert "cannot hold it with the pins kept before it" in dict(d.gpu_sharing.unpins)[key(1)]
 
 
+def claimed_node(owner: str = "alice", claimed_at: int = NOW - 2, state: str = "Claimed", activity: str = "Idle",
+                 **extra) -> classad2.ClassAd:
+    """node1 (one GPU) whose GPU 0 holds a running 700/1000 share of alice's (slot1_1) and a
+    claim of ``owner`` for a 300/1000, 3000 MB share made at ``claimed_at``, not started yet
+    (slot1_2): the ad's Child* lists as a startd advertises them."""
+    lists = {"ChildName": ["slot1_1@node1.test", "slot1_2@node1.test"], "ChildState": ["Claimed", state],
+             "ChildActivity": ["Busy", activity], "ChildRemoteOwner": ["alice@test", f"{owner}@test"],
+             "ChildEnteredCurrentState": [NOW - 60, claimed_at], "ChildCoSchedGPU0Compute": [700, 300],
+             "ChildCoSchedGPU0Memory": [4000, 3000]}
+    return gpu_node_ad("node1", gpus=1, used={0: (1000, 7000)}, **{**lists, **extra})
+
+
+def test_a_pin_whose_claim_the_ad_already_shows_is_kept_on_its_full_gpu_and_not_counted_twice():
+    """The negotiator matched the pin and the schedd claimed it (the job still shows Idle): its
+    share is out of the ad's free amounts already. Counted again, the full GPU would crowd it
+    out and a new pin would describe GPUs its claim does not hold."""
+    running = gpu_job(0, compute=700, status=2, RemoteHost="slot1_1@node1.test", JobCurrentStartDate=NOW - 60,
+                      CoSchedPinGPUs="0", CoSchedPinSlot="slot1@node1.test")
+    matched = gpu_job(1, compute=300, memory=3000, CoSchedPinSlot="slot1@node1.test", CoSchedPinGPUs="0",
+                      CoSchedPinCycle=4, CoSchedPinTime=NOW - 3)
+    slot = state_from_ads({SCHEDD: []}, [claimed_node()]).slots[0]
+    assert [(c.name, c.owner, c.shares) for c in slot.waiting_gpu_claims] == [("slot1_2@node1.test", "alice",
+                                                                              ((0, 3000, 300),))]
+    d = decide([running, matched], [claimed_node()])
+    assert d.gpu_sharing.kept == (key(1),) and d.gpu_sharing.unpins == ()
+    for other in (claimed_node(owner="bob"), claimed_node(claimed_at=NOW - 10), claimed_node(activity="Busy"),
+                  claimed_node(ChildCoSchedGPU0Memory=[4000, 2000]), claimed_node(ChildState=["Claimed"])):
+        d = decide([running, matched], [other])   # not its claim, or lists that do not read: counted afresh
+        assert "cannot hold it with the pins kept before it" in dict(d.gpu_sharing.unpins)[key(1)]
+    twin = gpu_job(2, compute=300, memory=3000, CoSchedPinSlot="slot1@node1.test", CoSchedPinGPUs="0",
+                   CoSchedPinCycle=4, CoSchedPinTime=NOW - 3)
+    d = decide([running, matched, twin], [claimed_node()])    # one claim vouches for one job
+    assert d.gpu_sharing.kept == (key(1),) and list(dict(d.gpu_sharing.unpins)) == [key(2)]
+    # its GPU is alice's while the claim waits for its job: bob's share goes to the other GPU
+    two = gpu_node_ad("node1", gpus=2, used={0: (300, 3000)}, ChildName=["slot1_2@node1.test"],
+                      ChildState=["Claimed"], ChildActivity=["Idle"], ChildRemoteOwner=["alice@test"],
+                      ChildEnteredCurrentState=[NOW - 2], ChildCoSchedGPU0Compute=[300], ChildCoSchedGPU0Memory=[3000],
+                      ChildCoSchedGPU1Compute=[0], ChildCoSchedGPU1Memory=[0])
+    d = decide([matched, gpu_job(3, compute=300, memory=3000, owner="bob")], [two])
+    assert d.gpu_sharing.kept == (key(1),) and pins_of(d) == {3: ("slot1@node1.test", (1,))}
+
+
 def test_a_claim_the_ad_does_not_show_yet_is_not_given_away():
     running = gpu_job(0, compute=900, status=2, RemoteHost="slot1_1@node1.test", JobCurrentStartDate=NOW - 5,
                       CoSchedPinGPUs="0", CoSchedPinSlot="slot1@node1.test")

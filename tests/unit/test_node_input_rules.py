@@ -54,7 +54,8 @@ STARTS = {
                        reply={"status": "ok", "kind": "node", "cpus": "0-5"}),
     "guest-slot": Start(SHARING_NODE, "slot2_1", "RequestCpus = 8\n",
                         reply={"status": "ok", "kind": "guest", "cpus": "3-5", "threads": 3}),
-    "gpu": Start(GPU_NODE, "slot1_1", "", "CoSchedGPU0Memory = 4000\nCoSchedGPU0Compute = 250\n",
+    "gpu": Start(GPU_NODE, "slot1_1", 'CoSchedPinGPUs = "0"\nCoSchedPinGPUCompute = 250\nCoSchedPinGPUMemory = 4000\n',
+                 "CoSchedGPU0Memory = 4000\nCoSchedGPU0Compute = 250\n",
                  {"status": "ok", "kind": "gpu", "gpus": [[0, 4000, 250]]}),
     "no-gpu": Start(GPU_NODE, "slot1_1", ""),
 }

@@ -157,6 +157,23 @@ def test_cycle_numbers_continue_after_a_restart():
     assert sidecar.run_cycle().decision.cycle == 43
 
 
+def test_a_pin_ages_only_by_negotiation_cycles_so_none_is_taken_back_the_moment_the_negotiator_returns():
+    """Pinned in cycle 41 (the job's ad stays idle and pinned: no negotiator matches it). While
+    the collector has no negotiator ad, and on the sidecar's own interval cycles between two
+    negotiation cycles, the pin does not age; it is taken back after the third negotiation
+    cycle that did not match it, as COSCHED_UNPIN_AGE_CYCLES = 3 says."""
+    state = PoolState((device_job(1, pinned_slot="slotA", pinned_cycle=41),), (slot("slotA"),))
+    ends = iter([None, None, None, None, 1000, 1000, 1000, 1002, 1002, 1004])
+    sidecar = Sidecar(SETTINGS, CycleConfig(FirstFit(), None, unpin_age_cycles=3), lambda: state, None,
+                      cycle_end=lambda: next(ends))
+    unpins = [sidecar.run_cycle().decision.unpins for _ in range(10)]
+    assert [bool(u) for u in unpins] == [False] * 9 + [True]
+    assert "not matched within 3 cycles" in unpins[-1][0].reason
+    assert sidecar.memory.negotiated == (46, 49, 51) and sidecar.memory.cycle == 52
+    every_cycle = Sidecar(SETTINGS, CycleConfig(FirstFit(), None, unpin_age_cycles=3), lambda: state, None)
+    assert [bool(every_cycle.run_cycle().decision.unpins) for _ in range(3)] == [False, False, True]
+
+
 def test_knobs_are_parsed_and_bad_values_named():
     s = settings_from_knobs({"COSCHED_UNPIN_AGE_CYCLES": "5", "COSCHED_MEMORY_GRANULARITY_MB": "25",
                              "COSCHED_CYCLE_SOURCE": "interval"})

@@ -8,7 +8,8 @@ share of one GPU (``request_GPUCompute`` < 1000, ``request_GPUMemory``) or whole
 
 * an idle job's pin is kept unless it went stale (slot gone or unavailable, the node refused
   the start, not matched within ``unpin_age_cycles``, GPUs the slot does not have), and kept
-  pins are checked together against each GPU's totals (older pins first);
+  pins are checked together against each GPU's totals (older pins first), but for a pin whose
+  claim the slot's ad shows already (matched, not started: ``GpuView.claim_of``);
 * an idle job that no GPU node could hold even empty is held with the reason; others are
   enrolled (the pin clause) and planned by the GPU policy (``COSCHED_GPU_POLICY``,
   ``modes/gpus/mode.py``) on a :class:`GpuFleet` built from the slots' free amounts,
@@ -30,7 +31,7 @@ import numpy as np
 
 from condor_sched.model import (
     GPU_CONSTRAINT_ATTR, GPU_PROPERTIES, HOLDS_A_SLOT, PIN_CYCLE_ATTR, PIN_GPU_COMPUTE_ATTR, PIN_GPU_MEMORY_ATTR, PIN_GPUS_ATTR, PIN_SLOT_ATTR,
-    PIN_TIME_ATTR, WHOLE_GPU, Gpu, Job, JobKey, Plan, Slot, SlotKind, Unplaced,
+    PIN_TIME_ATTR, WHOLE_GPU, Gpu, GpuClaim, Job, JobKey, Plan, Slot, SlotKind, Unplaced,
     partitionable_slot_of,
 )
 from condor_sched.consistency import claim_not_yet_in_ad
@@ -201,6 +202,7 @@ class GpuView:
         self.usable = [s for s in self.gpu_slots if s.unavailable is None and s.name not in self.mixed]
         self.live = _Fleet(self.usable, self.owner_code)
         self.running = [j for j in jobs.all if j.status in HOLDS_A_SLOT]
+        self.claims_vouched: set[tuple[str, str]] = set()
         live, slots = self.live, self.slots
         for job in self.running:  # who holds which GPU, and claims the ads may not show yet
             name = partitionable_slot_of(job.remote_slot) if job.remote_slot else job.pinned_slot
@@ -222,14 +224,38 @@ class GpuView:
         return (job.pinned_cycle or 0, job.key)
 
     def keep(self, job: Job) -> str | None:
-        """A kept pin's shares committed to its GPUs; a node of mixed models is not planned."""
+        """A kept pin's shares committed to its GPUs, unless the slot's ad already shows its
+        claim (``claim_of``); a node of mixed models is not planned."""
         if job.pinned_slot in self.mixed:
             return f"{job.pinned_slot} holds GPUs of more than one model, which GPU sharing does not plan"
+        if self.claim_of(job) is not None:
+            self.live.mark_owner(job, job.pinned_slot, job.pinned_gpus)  # type: ignore[arg-type]
+            return None
         task = _task(job, self.owner_code[job.owner], None)
         try:
             self.live.fleet.commit(task, GpuPlacement(self.live.row[job.pinned_slot], job.pinned_gpus))  # type: ignore[index]
         except ValueError:
             return f"pinned slot {job.pinned_slot} cannot hold it with the pins kept before it"
+        return None
+
+    def claim_of(self, job: Job) -> GpuClaim | None:
+        """The claim the slot's ad shows for this idle pinned job, if any: one of the slot's
+        claims not started yet, of the job's Owner, made at or after its pin, holding exactly
+        its pin's shares (each claim vouches for one job). The negotiator matched the pin and
+        the schedd claimed the slot; the job shows Idle until its shadow starts. Its shares are
+        out of the ad's free amounts already: counted again, a full GPU would crowd the pin
+        out, and a new pin would describe GPUs its claim does not hold (the PREPARE_JOB hook
+        refuses such a start)."""
+        slot = self.slots.get(job.pinned_slot or "")
+        if slot is None or job.pinned_at_s is None or not slot.waiting_gpu_claims:
+            return None
+        memory = max(memory_per_gpu(job, slot.gpus[g]) for g in job.pinned_gpus)
+        shares = tuple((g, memory, job.gpu.compute) for g in sorted(job.pinned_gpus))  # type: ignore[union-attr]
+        for claim in slot.waiting_gpu_claims:
+            if (claim.owner == job.owner and claim.claimed_at_s >= job.pinned_at_s and claim.shares == shares
+                    and (slot.name, claim.name) not in self.claims_vouched):
+                self.claims_vouched.add((slot.name, claim.name))
+                return claim
         return None
 
     def never_fits(self, job: Job) -> str | None:
