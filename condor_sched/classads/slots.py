@@ -230,8 +230,11 @@ def _child_names(ad: classad2.ClassAd) -> tuple[str, ...] | None:
 
 def _child_column(ad: classad2.ClassAd, attr: str, kind: type, length: int) -> list | None:
     """The ad's ``attr`` list (one value per dynamic slot), each value not a ``kind`` as None;
-    None when the list is absent or of another length than ``ChildName``."""
-    values = _eval(ad, attr)
+    None when the list is absent, does not evaluate or is of another length than ``ChildName``."""
+    try:
+        values = _eval(ad, attr)
+    except AdError:
+        return None
     if not isinstance(values, list) or len(values) != length:
         return None
     return [v if isinstance(v, kind) and not (kind is int and isinstance(v, bool)) else None for v in values]

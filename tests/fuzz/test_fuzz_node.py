@@ -113,7 +113,8 @@ STARTS = {
                        reply={"status": "ok", "kind": "node", "cpus": "0-5"}),
     "guest-slot": Start("sharing", "slot2_1", "RequestCpus = 8\n",
                         reply={"status": "ok", "kind": "guest", "cpus": "3-5", "threads": 3}),
-    "gpu": Start("gpu", "slot1_1", "", "CoSchedGPU0Memory = 4000\nCoSchedGPU0Compute = 250\n",
+    "gpu": Start("gpu", "slot1_1", 'CoSchedPinGPUs = "0"\nCoSchedPinGPUCompute = 250\nCoSchedPinGPUMemory = 4000\n',
+                 "CoSchedGPU0Memory = 4000\nCoSchedGPU0Compute = 250\n",
                  {"status": "ok", "kind": "gpu", "gpus": [[0, 4000, 250]]}),
     "no-gpu": Start("gpu", "slot1_1", ""),
 }
@@ -252,7 +253,8 @@ def environment_lines(draw) -> str:
 
 
 ATTRS = ["ClusterId", "ProcId", "Owner", "RequestCpus", "RequestPhiThreads", "RequestPhiMemory", "CoSchedProgram",
-         "CoSchedPinSlot", "Environment", "Env", "EnvDelim", "RequestGPUMemory", "CoSchedPinLLCWays"]
+         "CoSchedPinSlot", "Environment", "Env", "EnvDelim", "RequestGPUMemory", "CoSchedPinLLCWays", "CoSchedPinGPUs",
+         "CoSchedPinGPUCompute", "CoSchedPinGPUMemory"]
 ATTR_NAMES = st.one_of(st.sampled_from(ATTRS).flatmap(lambda a: st.sampled_from([a, a.lower(), a.upper()])),
                        st.from_regex(r"[A-Za-z_][A-Za-z0-9_.]{0,12}", fullmatch=True))
 VALUES = st.one_of(

@@ -190,7 +190,8 @@ def test_a_pin_whose_claim_the_ad_already_shows_is_kept_on_its_full_gpu_and_not_
     d = decide([running, matched], [claimed_node()])
     assert d.gpu_sharing.kept == (key(1),) and d.gpu_sharing.unpins == ()
     for other in (claimed_node(owner="bob"), claimed_node(claimed_at=NOW - 10), claimed_node(activity="Busy"),
-                  claimed_node(ChildCoSchedGPU0Memory=[4000, 2000]), claimed_node(ChildState=["Claimed"])):
+                  claimed_node(ChildCoSchedGPU0Memory=[4000, 2000]), claimed_node(ChildState=["Claimed"]),
+                  claimed_node(ChildActivity=classad2.ExprTree("error"))):
         d = decide([running, matched], [other])   # not its claim, or lists that do not read: counted afresh
         assert "cannot hold it with the pins kept before it" in dict(d.gpu_sharing.unpins)[key(1)]
     twin = gpu_job(2, compute=300, memory=3000, CoSchedPinSlot="slot1@node1.test", CoSchedPinGPUs="0",
