@@ -283,6 +283,13 @@ def run(once: bool, dry_run: bool, policy: str | None, gpu_policy_name: str | No
     notices = Notices(logging.getLogger("condor_sched.sidecar"))
     read = WatchedRead(ScheddWatch(notices))
     sidecar_daemon: daemon.SidecarDaemon | None = None
+    # The negotiator's last cycle end as the daemon's wait last read it (what started this
+    # cycle): the sidecar ages pins by it without asking the collector again.
+    end_read: list[int | None] = [None]
+
+    def read_cycle_end() -> int | None:
+        end_read[0] = pool.last_negotiation_cycle_end()
+        return end_read[0]
 
     def configure() -> daemon.DaemonCycle:
         settings = settings_from_htcondor()
@@ -291,17 +298,18 @@ def run(once: bool, dry_run: bool, policy: str | None, gpu_policy_name: str | No
             config = config.with_policy(policy)
         if gpu_policy_name:
             config = config.with_gpu_policy(gpu_policy_name)
-        cycle_end = pool.last_negotiation_cycle_end if settings.cycle_source == "negotiator" else None
+        follows = settings.cycle_source == "negotiator"
+        # --once has no earlier cycles to age pins by negotiation: each run counts, as in ``plan``
         sidecar = Sidecar(settings, config, read, None if dry_run else pool.JobEditor(), notices=notices,
                           should_stop=lambda: sidecar_daemon is not None and sidecar_daemon.stop_requested,
-                          cycle_end=cycle_end)
+                          cycle_end=(lambda: end_read[0]) if follows and not once else None)
         if sidecars:  # a reconfig keeps the cycle count, when each job was first seen and pins' ages
             sidecar.memory, sidecar.last_negotiation_end = sidecars[-1].memory, sidecars[-1].last_negotiation_end
         sidecars[:] = [sidecar]
         spread = config.spread_policy.name if config.spread_policy else "none"
         return daemon.DaemonCycle(
             run_cycle=lambda: sidecar.run_cycle().numbers(), interval_s=settings.interval_s,
-            cycle_end=cycle_end,
+            cycle_end=read_cycle_end if follows else None,
             describe={"Policy": config.device_policy.name, "SpreadPolicy": spread,
                       "NodePolicy": config.node_policy.name if config.node_policy else "none",
                       "GpuPolicy": config.gpu_policy.name if config.gpu_policy else "none",

@@ -164,8 +164,9 @@ class Sidecar:
         self.memory: CycleMemory | None = None  # None until the first cycle reads the pool
         self.notices = notices or Notices(log)  # a skipped job is warned once, not every cycle
         self.should_stop = should_stop
-        #: The negotiator's last cycle end (``pool.last_negotiation_cycle_end``): pins age only
-        #: by cycles after a new one (``CycleMemory.negotiated``). None: every cycle ages them.
+        #: The negotiator's last cycle end (``LastNegotiationCycleEnd0``, as the daemon's wait
+        #: read it): pins age only by cycles after a new one (``CycleMemory.negotiated``).
+        #: None: every cycle ages them.
         self.cycle_end = cycle_end
         self.last_negotiation_end: int | None = None
 
