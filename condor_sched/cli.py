@@ -16,6 +16,7 @@ from condor_sched.options import (
 )
 from condor_sched.classads import SnapshotError
 from condor_sched.doctor_command import doctor
+from condor_sched.interference.command import interference
 from condor_sched.gc_pause import gc_paused
 from condor_sched.modes.planning import PolicyError, PolicyKind
 from condor_sched.modes.registry import get_policy, policy_names
@@ -521,6 +522,7 @@ def pool_env(user: str) -> None:
 
 
 main.add_command(doctor)
+main.add_command(interference)
 
 
 def _add_optional_commands() -> None:

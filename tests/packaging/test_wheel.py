@@ -77,8 +77,9 @@ def test_the_wheel_holds_the_data_files_and_executable_hooks(installed: Installe
     assert sum(n.startswith(data + "examples/profiles/") and n.endswith(".yaml") for n in members) == 12
     for name in ("examples/pools/default.yaml", "examples/snapshots/default/queue.json",
                  "examples/snapshots/default/machines.json", "node_hooks/discover_devices.py",
-                 *(f"config.d/{s}" for s in SNIPPETS)):
+                 "examples/interference/kvm-epyc-2vcpu.json", *(f"config.d/{s}" for s in SNIPPETS)):
         assert data + name in members
+    assert "condor_sched/interference/kernels.c" in members   # the measured programs' source
     assert members[data + "node_hooks/cosched_prepare_job.py"].external_attr >> 16 & stat.S_IXUSR
     # The node package ships twice: as node programs' files, and as the package the planner imports.
     assert data + "node_hooks/cosched_node/agent.py" in members and "cosched_node/rules.py" in members

@@ -1,0 +1,88 @@
+"""``condor-sched interference measure`` (the two-kernel smoke suite, for real) and
+``interference evaluate`` on the committed dataset, via CliRunner."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from condor_sched.cli import main
+from condor_sched.interference.dataset import load_dataset, pair_records, program_features
+from condor_sched.interference.report import default_dataset
+
+KEYS = {"pairs", "repeats", "noise_cv", "accuracy", "false_negative_rate", "positive_share"}
+
+
+def cli(*args, **env):
+    return CliRunner().invoke(main, ["interference", *args], env=env or None, catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def smoke_dataset(tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke") / "smoke.json"
+    build = tmp_path_factory.mktemp("build")
+    result = cli("measure", "--smoke", "--repeats", "2", "--alone-repeats", "2", "--window", "0.2",
+                 "--warmup", "0.05", "--out", str(out), "--build-dir", str(build))
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_the_smoke_measurement_runs_both_kernels_in_both_placements(smoke_dataset):
+    data = load_dataset(smoke_dataset)
+    records = pair_records(data)
+    assert {(r.placement, r.victim, r.opponent) for r in records} == {
+        (p, v, o) for p in ("separate", "shared")
+        for v, o in (("fma", "fma"), ("fma", "stream-small"), ("stream-small", "fma"), ("stream-small", "stream-small"))}
+    # time-sharing one vCPU halves each program's speed at least: Ev >= 0.5 less noise
+    assert all(r.ev > 0.4 for r in records if r.placement == "shared")
+    assert all(abs(r.ev) < 0.4 for r in records if r.placement == "separate" and "fma" in (r.victim, r.opponent))
+    features = program_features(data)
+    assert features["fma"]["user_share"] > 0.8 and features["stream-small"]["log2_peak_rss_mib"] >= 3
+
+
+def test_evaluate_reads_the_smoke_dataset(smoke_dataset):
+    result = cli("evaluate", str(smoke_dataset), "--folds", "2", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert KEYS <= set(report) and report["placements"] == ["separate", "shared"]
+    assert report["pairs"] == {"separate": 3, "shared": 3} and report["repeats"] == {"separate": 2, "shared": 2}
+
+
+def test_the_committed_dataset_holds_what_the_model_needs_and_the_model_beats_its_baselines():
+    result = cli("evaluate", str(default_dataset()), "--folds", "3", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["placements"] == ["separate", "shared"]
+    for placement in report["placements"]:
+        r = report["by_placement"][placement]
+        assert r["pairs"] >= 150 and r["repeats"] >= 3 and r["records"] == r["pairs"] * 2 - 18
+        assert r["accuracy"] >= max(r["baselines"]["majority_class"], r["baselines"]["placement_only"]) + 0.10
+        # no predictor trained on noisy labels beats the labels' own repeatability by much
+        assert r["accuracy"] <= r["label_noise"]["single_run_accuracy"] + 0.05
+    assert report["by_placement"]["shared"]["positive_share"] >= 0.30
+    assert report["by_placement"]["shared"]["false_negative_rate"] <= 0.05
+
+
+def test_the_paper_threshold_on_a_time_shared_vcpu_labels_noise():
+    result = cli("evaluate", str(default_dataset()), "--ev-threshold", "shared=0.5", "--json")
+    shared = json.loads(result.output)["by_placement"]["shared"]
+    assert shared["ev_threshold"] == 0.5 and shared["positive_share"] > 0.6
+    assert abs(shared["median_ev"] - 0.5) < 0.03
+
+
+def test_the_text_report_names_each_placement_and_its_baselines():
+    result = cli("evaluate", str(default_dataset()))
+    assert result.exit_code == 0, result.output
+    assert "separate (t = 0.1)" in result.output and "shared (t = 0.55)" in result.output
+    assert "majority" in result.output and "Bubble-Up" in result.output
+
+
+def test_bad_input_is_named(tmp_path):
+    junk = tmp_path / "junk.json"
+    junk.write_text("{not json")
+    result = cli("evaluate", str(junk))
+    assert result.exit_code == 1 and "junk.json: not a readable JSON dataset" in result.output
+    result = cli("evaluate", str(default_dataset()), "--ev-threshold", "gpu=0.2")
+    assert result.exit_code == 2 and "placement must be one of" in result.output
+    result = cli("measure", "--smoke", "--out", str(tmp_path / "x.json"), "--build-dir", str(tmp_path / "b"),
+                 CC="no-such-compiler-here")
+    assert result.exit_code == 1 and "no C compiler 'no-such-compiler-here'" in result.output
