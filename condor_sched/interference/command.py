@@ -45,14 +45,18 @@ def measure_command(out: Path, repeats: int, alone_repeats: int, window_s: float
     time-sharing one vCPU, and write the dataset. The full suite takes about half an hour on
     two vCPUs: run it on an otherwise idle node."""
     suite, bubbles = (SMOKE_SUITE, SMOKE_BUBBLE_SIZES_KIB) if smoke else (SUITE, BUBBLE_SIZES_KIB)
+    if not out.parent.is_dir():
+        raise click.BadParameter(f"{out.parent} is not a directory", param_hint="--out")
     try:
         binary = build_kernels(build_dir or _cache_dir())
         dataset = measure(binary, suite, bubbles, REPORTER, FILLER, repeats=repeats, alone_repeats=alone_repeats,
                           timing=Timing(warmup_s=warmup_s, window_s=window_s), seed=seed,
                           checkpoint=lambda d: write_dataset(d, out))
+        write_dataset(dataset, out)
     except (BuildError, MeasureError) as e:
         raise click.ClickException(str(e)) from None
-    write_dataset(dataset, out)
+    except OSError as e:
+        raise click.ClickException(f"{out}: cannot write the dataset: {e}") from None
     click.echo(f"{len(dataset['runs'])} runs written to {out}")
 
 
@@ -76,8 +80,12 @@ def _thresholds(values: tuple[str, ...]) -> dict[str, float]:
     return out
 
 
-def _percent(x: float) -> str:
-    return f"{100 * x:.1f}%"
+def _percent(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _score(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
 
 
 @interference.command("evaluate")
@@ -104,7 +112,10 @@ def evaluate_command(dataset: Path | None, folds: int, ev_thresholds: tuple[str,
         data = load_dataset(dataset or default_dataset())
     except DatasetError as e:
         raise click.ClickException(str(e)) from None
-    result = evaluate_dataset(data, thresholds, prob_cutoff, folds, features=features, seed=seed)
+    try:
+        result = evaluate_dataset(data, thresholds, prob_cutoff, folds, features=features, seed=seed)
+    except ValueError as e:   # e.g. more folds than the dataset has pairs of a class
+        raise click.ClickException(f"{data.path}: cannot cross-validate with {folds} folds: {e}") from None
     if as_json:
         click.echo(json.dumps(result, indent=1, sort_keys=True))
         return
@@ -118,13 +129,14 @@ def evaluate_command(dataset: Path | None, folds: int, ev_thresholds: tuple[str,
         noise = r["label_noise"]
         if noise:
             click.echo(f"  repeats agree on {_percent(noise['repeat_agreement'])} of labels; one run's label scores "
-                       f"{noise['single_run_accuracy']:.3f} against the median's")
-        click.echo(f"  balanced accuracy {r['accuracy']:.3f} (folds {r['fold_accuracy']}), false negatives "
-                   f"{_percent(r['false_negative_rate'])}; unseen programs {r['unseen_programs_accuracy']:.3f}")
-        click.echo(f"  baselines: majority {b['majority_class']:.3f}, placement only {b['placement_only']:.3f}, "
-                   f"Bubble-Up at t {b['bubble_up']:.3f}")
+                       f"{_score(noise['single_run_accuracy'])} against the median's")
+        click.echo(f"  balanced accuracy {_score(r['accuracy'])} (folds {r['fold_accuracy']}), false negatives "
+                   f"{_percent(r['false_negative_rate'])}; unseen programs {_score(r['unseen_programs_accuracy'])}")
+        click.echo(f"  baselines: majority {_score(b['majority_class'])}, placement only "
+                   f"{_score(b['placement_only'])}, Bubble-Up at t {_score(b['bubble_up'])}")
         w = r["within_threshold"]
-        click.echo(f"  within threshold: Ev {_percent(w['ev'])}, Eo {_percent(w['eo'])}, E < 1 {_percent(w['e'])}")
+        if w:
+            click.echo(f"  within threshold: Ev {_percent(w['ev'])}, Eo {_percent(w['eo'])}, E < 1 {_percent(w['e'])}")
         if r["dangerous"]:
             click.echo(f"  dangerous: {', '.join(r['dangerous'])}")
         click.echo("  strongest features: " + ", ".join(f"{n} {w:+.2f}" for n, w in r["top_features"][:5]))

@@ -92,6 +92,10 @@ def load_dataset(path: Path | str) -> Dataset:
     return check_dataset(obj, name)
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def check_dataset(obj: object, name: str = "dataset") -> Dataset:
     """The dataset with every field a derivation reads checked; an error names the first bad one."""
     if not isinstance(obj, dict):
@@ -102,6 +106,8 @@ def check_dataset(obj: object, name: str = "dataset") -> Dataset:
     if not isinstance(suite, list) or not suite or not all(isinstance(p, dict) and isinstance(p.get("name"), str)
                                                            for p in suite):
         raise _fail(name, "'suite' must be a non-empty list of programs with a name")
+    if len({p["name"] for p in suite}) != len(suite):
+        raise _fail(name, "'suite' names a program twice")
     placements = obj.get("placements")
     if not isinstance(placements, list) or not placements or not set(placements) <= set(PLACEMENTS):
         raise _fail(name, f"'placements' must list some of {list(PLACEMENTS)}")
@@ -128,11 +134,18 @@ def check_dataset(obj: object, name: str = "dataset") -> Dataset:
         if not isinstance(reports, list) or len(reports) != width:
             raise _fail(name, f"{where}: 'reports' must hold {width} report(s)")
         for report in reports:
+            if not isinstance(report, dict):
+                raise _fail(name, f"{where}: a report must be an object")
             for key in ("units", "busy_s", "elapsed_s"):
-                value = report.get(key) if isinstance(report, dict) else None
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                        or value <= 0:
+                value = report.get(key)
+                if not _number(value) or value <= 0:
                     raise _fail(name, f"{where}: report field {key!r} must be a positive number, not {value!r}")
+            for key, value in report.items():   # every other reading a derivation may divide or log
+                if not _number(value) or value < 0:
+                    raise _fail(name, f"{where}: report field {key!r} must be a number >= 0, not {value!r}")
+        pressure = run.get("pressure_us_per_s", {})
+        if not isinstance(pressure, dict) or not all(_number(v) for v in pressure.values()):
+            raise _fail(name, f"{where}: 'pressure_us_per_s' must map names to numbers")
     names = [p["name"] for p in suite]
     alone = {r["programs"][0] for r in runs if r["kind"] == "alone"}
     missing = sorted(set(names) - alone)

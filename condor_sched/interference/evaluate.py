@@ -10,6 +10,7 @@ mean of the true-positive and true-negative rates; a false negative is an ill-ma
 """
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 
@@ -90,6 +91,8 @@ def cross_validate(records: Sequence[PairRecord], profiles: Mapping[str, Mapping
             test = [i for i, r in enumerate(records) if r.victim in out or r.opponent in out]
             splits.append((train, test))
     for train, test in splits:
+        if len(test) == 0 or len(train) == 0:   # more folds than programs: nothing to hold out
+            continue
         train_records = [records[i] for i in train]
         test_records = [records[i] for i in test]
         model = fit_model(train_records, profiles, placement, settings, bubble_up)
@@ -114,11 +117,14 @@ def _baselines(all_records: Sequence[PairRecord], placement: str, thresholds: Ma
 
     mine = [r for r in all_records if r.placement == placement]
     truth = np.array([int(r.ev > thresholds[placement]) for r in mine])
-    everyone = np.array([int(r.ev > thresholds[r.placement]) for r in all_records])
+    others = np.array([int(r.ev > thresholds[r.placement]) for r in all_records if r.placement != placement])
     majority, by_placement = np.zeros_like(truth), np.zeros_like(truth)
-    splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
-    for train, test in splitter.split(np.zeros(len(mine)), truth):
-        majority[test] = int(round(float(np.mean(everyone))) >= 0.5) if len(everyone) else 0
+    splits = min(folds, int(truth.sum()), int(len(truth) - truth.sum()))
+    if splits < 2:   # one class only: every constant predictor scores what it scores
+        return {"majority_class": balanced_accuracy(truth, majority), "placement_only": balanced_accuracy(truth, majority),
+                "bubble_up": float("nan"), "bubble_up_false_negative_rate": float("nan")}
+    for train, test in StratifiedKFold(n_splits=splits, shuffle=True, random_state=seed).split(mine, truth):
+        majority[test] = int(np.mean(np.concatenate([truth[train], others])) >= 0.5)
         by_placement[test] = int(np.mean(truth[train]) >= 0.5)
     bubble = np.array([int(bubble_up.get((r.victim, r.opponent), 0.0) > thresholds[placement]) for r in mine])
     return {"majority_class": balanced_accuracy(truth, majority), "placement_only": balanced_accuracy(truth, by_placement),
@@ -185,4 +191,16 @@ def evaluate_dataset(data: Dataset, thresholds: Mapping[str, float], prob_cutoff
     for key in ("pairs", "repeats", "noise_cv", "accuracy", "false_negative_rate", "positive_share"):
         out[key] = {placement: per[placement][key] for placement in data.placements}
     out["by_placement"] = per
-    return out
+    return _finite(out)
+
+
+def _finite(value):
+    """The report with every NaN (a measure a tiny dataset leaves undefined) as null, so the
+    JSON is JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value

@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import random
+import select
 import subprocess
 import sys
 import time
@@ -132,6 +133,8 @@ def run_together(binary: Path, programs: Sequence[Program], cpus: Sequence[int],
             procs.append(proc)
             os.sched_setaffinity(proc.pid, {cpu})
         for program, proc in zip(programs, procs):
+            if not select.select([proc.stdout], [], [], timing.timeout_s)[0]:
+                raise MeasureError(f"{program.name}: not ready after {timing.timeout_s} s")
             ready = proc.stdout.readline().strip()
             if ready != "ready":
                 raise MeasureError(f"{program.name}: did not start: {ready!r} {proc.stderr.read()[:400]!r}")

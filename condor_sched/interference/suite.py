@@ -16,9 +16,9 @@ equals (its pressure).
 
 The ``FILLER`` holds the other vCPU whenever a run would leave it idle (a program alone, or two
 programs time-sharing one vCPU): it computes in registers and touches no memory, so it slows
-no one, and every run sees the host the same way. On a VM an idle vCPU is not neutral: its
-host core goes to other tenants, and on our nodes memory-bound programs ran up to 15% slower
-alone than beside a compute-bound neighbour (the first measurement, without the filler).
+no one, and every run sees the host the same way. On a VM an idle vCPU is not neutral: in our
+first measurement, without the filler, memory-bound programs ran 10-20% slower alone than
+beside a compute-bound neighbour (most likely the host lends an idle vCPU's core to others).
 """
 from __future__ import annotations
 
@@ -104,16 +104,16 @@ def build_kernels(cache_dir: Path, compiler: str | None = None) -> Path:
     binary = cache_dir / f"cosched-kernels-{digest}"
     if binary.is_file() and os.access(binary, os.X_OK):
         return binary
-    cache_dir.mkdir(parents=True, exist_ok=True)
     src = cache_dir / f"kernels-{digest}.c"
-    src.write_bytes(source)
     tmp = binary.with_suffix(".tmp")
     try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        src.write_bytes(source)
         done = subprocess.run([cc_path, "-O2", "-std=gnu11", "-o", str(tmp), str(src), "-lm"],
                               capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise BuildError(f"{cc_path} could not build the kernels:\n{done.stderr.strip()}")
+        os.replace(tmp, binary)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise BuildError(f"{cc_path} failed to run: {e}") from None
-    if done.returncode != 0:
-        raise BuildError(f"{cc_path} could not build the kernels:\n{done.stderr.strip()}")
-    os.replace(tmp, binary)
+        raise BuildError(f"cannot build the kernels in {cache_dir}: {e}") from None
     return binary

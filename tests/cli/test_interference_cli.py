@@ -76,6 +76,18 @@ def test_the_text_report_names_each_placement_and_its_baselines():
     assert "majority" in result.output and "Bubble-Up" in result.output
 
 
+def _strict(text):
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_dataset_too_small_for_the_folds_is_refused_by_name_and_json_stays_json(tmp_path, smoke_dataset):
+    result = cli("evaluate", str(smoke_dataset), "--folds", "20", "--json")
+    assert result.exit_code == 1 and "cannot cross-validate with 20 folds" in result.output
+    _strict(cli("evaluate", str(smoke_dataset), "--folds", "3", "--json").output)
+
+
 def test_bad_input_is_named(tmp_path):
     junk = tmp_path / "junk.json"
     junk.write_text("{not json")
@@ -86,3 +98,6 @@ def test_bad_input_is_named(tmp_path):
     result = cli("measure", "--smoke", "--out", str(tmp_path / "x.json"), "--build-dir", str(tmp_path / "b"),
                  CC="no-such-compiler-here")
     assert result.exit_code == 1 and "no C compiler 'no-such-compiler-here'" in result.output
+    result = cli("measure", "--smoke", "--out", str(tmp_path / "no" / "such" / "x.json"))
+    assert result.exit_code == 2 and "is not a directory" in result.output
+    assert not (tmp_path / "no").exists()

@@ -91,6 +91,10 @@ def test_bubble_probes_read_the_size_an_opponent_equals():
     (lambda d: d.update(runs=[r for r in d["runs"] if r["programs"] != ["b"]]), "no run alone of ['b']"),
     (lambda d: d["runs"][-1].update(programs=["a", "zzz"]), "'programs' must name 2"),
     (lambda d: d.update(reporter="r"), "'reporter' must be a program"),
+    (lambda d: d["runs"][0]["reports"][0].update(user_s="1.0"), "report field 'user_s' must be a number >= 0"),
+    (lambda d: d["runs"][0]["reports"][0].update(minor_faults=-3), "report field 'minor_faults'"),
+    (lambda d: d["runs"][0].update(pressure_us_per_s={"cpu": "high"}), "'pressure_us_per_s' must map"),
+    (lambda d: d["suite"].append({"name": "a"}), "names a program twice"),
 ])
 def test_a_damaged_dataset_is_refused_naming_what_is_wrong(mutate, named):
     raw = dataset(["a", "b"], lambda v, o: 1.0)
@@ -168,3 +172,16 @@ def test_a_written_dataset_reads_back(tmp_path):
     data = load_dataset(tmp_path / "d.json")
     assert data.programs == ("a", "b") and len(data.runs) == len(raw["runs"])
     assert [r.ev for r in pair_records(data)] == pytest.approx([0.2] * 4)
+
+
+def test_label_noise_reads_how_often_one_run_disagrees_with_the_median():
+    from condor_sched.interference.dataset import PairRecord
+    from condor_sched.interference.evaluate import label_noise
+
+    records = [PairRecord("separate", "a", "b", 0.15, 0.0, (0.05, 0.15, 0.2)),   # runs disagree
+               PairRecord("separate", "b", "a", 0.0, 0.15, (0.0, 0.01, -0.01)),  # all well-matched
+               PairRecord("separate", "a", "a", 0.4, 0.4, (0.3, 0.4, 0.5))]      # all ill-matched
+    noise = label_noise(records, 0.1)
+    assert noise["repeat_agreement"] == pytest.approx(2 / 3)
+    # ill-matched by the median: 6 runs, 5 say so; well-matched: 3 runs, all say so
+    assert noise["single_run_accuracy"] == pytest.approx((5 / 6 + 1) / 2)
