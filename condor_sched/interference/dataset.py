@@ -159,22 +159,23 @@ def rate(report: Mapping) -> float:
     return float(report["units"]) / float(report["busy_s"])
 
 
-def dedicated_rates(data: Dataset) -> dict[str, float]:
-    """Each program's dedicated speed: the median of its rates alone."""
+def _alone_rates(data: Dataset) -> dict[str, list[float]]:
     rates: dict[str, list[float]] = defaultdict(list)
     for run in data.runs:
         if run["kind"] == "alone":
             rates[run["programs"][0]].append(rate(run["reports"][0]))
-    return {name: statistics.median(values) for name, values in rates.items()}
+    return rates
+
+
+def dedicated_rates(data: Dataset) -> dict[str, float]:
+    """Each program's dedicated speed: the median of its rates alone."""
+    return {name: statistics.median(values) for name, values in _alone_rates(data).items()}
 
 
 def alone_cv(data: Dataset) -> dict[str, float]:
     """Each program's coefficient of variation of its rates alone (how much the host moves it)."""
-    rates: dict[str, list[float]] = defaultdict(list)
-    for run in data.runs:
-        if run["kind"] == "alone":
-            rates[run["programs"][0]].append(rate(run["reports"][0]))
-    return {name: statistics.pstdev(v) / statistics.fmean(v) for name, v in sorted(rates.items()) if len(v) >= 2}
+    return {name: statistics.pstdev(v) / statistics.fmean(v)
+            for name, v in sorted(_alone_rates(data).items()) if len(v) >= 2}
 
 
 def degradation(victim: Mapping, opponent: Mapping, victim_rate: float, opponent_rate: float) -> tuple[float, float]:

@@ -34,14 +34,15 @@ def false_negative_rate(truth: Sequence[int], predicted: Sequence[int]) -> float
     return float(np.mean(~p[y])) if y.any() else 0.0
 
 
-def profiles_for(data: Dataset, placement: str) -> dict[str, dict[str, float]]:
-    """Each suite program's profile for a placement: software signals and its Bubble-Up probes."""
-    signals, probes = program_features(data), bubble_probes(data).get(placement, {})
+def profiles_for(data: Dataset, signals: Mapping[str, Mapping[str, float]],
+                 probes: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    """Each suite program's profile for a placement: its software signals and its Bubble-Up
+    probes there (``program_features`` and one placement of ``bubble_probes``)."""
     return {name: {**signals[name], **probes.get(name, {})} for name in data.programs if name in signals}
 
 
-def bubble_up_terms(data: Dataset, placement: str) -> dict[tuple[str, str], float]:
-    probes = bubble_probes(data).get(placement, {})
+def bubble_up_terms(data: Dataset, probes: Mapping[str, Mapping[str, float]]) -> dict[tuple[str, str], float]:
+    """Bubble-Up's prediction of every ordered pair from one placement's probes."""
     sizes = data.header["bubble_sizes_kib"]
     out = {}
     for victim in data.programs:
@@ -159,7 +160,7 @@ def within_threshold_shares(records: Sequence[PairRecord], threshold: float) -> 
 def evaluate_dataset(data: Dataset, thresholds: Mapping[str, float], prob_cutoff: float, folds: int,
                      features: str = "all", seed: int = 0) -> dict:
     """Everything ``interference evaluate`` reports, per placement."""
-    records = pair_records(data)
+    records, signals, all_probes = pair_records(data), program_features(data), bubble_probes(data)
     out: dict = {"dataset": data.path, "placements": list(data.placements), "programs": len(data.programs),
                  "folds": folds, "prob_cutoff": prob_cutoff, "features": features,
                  "alone_cv": {name: round(cv, 4) for name, cv in alone_cv(data).items()}}
@@ -168,7 +169,8 @@ def evaluate_dataset(data: Dataset, thresholds: Mapping[str, float], prob_cutoff
         mine = [r for r in records if r.placement == placement]
         settings = ModelSettings(ev_threshold=thresholds[placement], prob_cutoff=prob_cutoff, features=features,
                                  seed=seed)
-        profiles, terms = profiles_for(data, placement), bubble_up_terms(data, placement)
+        probes = all_probes.get(placement, {})
+        profiles, terms = profiles_for(data, signals, probes), bubble_up_terms(data, probes)
         pair_truth, _ = _pair_level(mine, [int(r.ev > settings.ev_threshold) for r in mine], [0] * len(mine))
         seen_pairs = cross_validate(mine, profiles, placement, settings, folds, terms)
         seen_programs = cross_validate(mine, profiles, placement, settings, folds, terms, group_by="program")
