@@ -67,22 +67,28 @@ def _pair_level(records: Sequence[PairRecord], truth: Sequence[int], predicted: 
             [int(any(p for _, p in v)) for v in by_pair.values()])
 
 
+def pair_splits(records: Sequence[PairRecord], truth: Sequence[int], folds: int, seed: int) -> list:
+    """(train, test) index lists, stratified by label and grouped by unordered pair (both
+    directions of a pair fall in one fold)."""
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    pairs = {pair: i for i, pair in enumerate(sorted({r.pair for r in records}))}
+    groups = [pairs[r.pair] for r in records]
+    return list(StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=seed).split(
+        np.zeros(len(records)), truth, groups))
+
+
 def cross_validate(records: Sequence[PairRecord], profiles: Mapping[str, Mapping[str, float]], placement: str,
                    settings: ModelSettings, folds: int, bubble_up: Mapping[tuple[str, str], float],
                    group_by: str = "pair") -> dict:
     """Out-of-fold predictions of the model (``group_by`` pair: unseen pairs; program: unseen programs)."""
-    from sklearn.model_selection import StratifiedGroupKFold
-
     records = [r for r in records if r.victim in profiles and r.opponent in profiles]
     truth = [int(r.ev > settings.ev_threshold) for r in records]
     predicted = [0] * len(records)
     tested = [False] * len(records)
     fold_accuracy = []
     if group_by == "pair":
-        pairs = sorted({r.pair for r in records})
-        groups = [pairs.index(r.pair) for r in records]
-        splits = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=settings.seed).split(
-            np.zeros(len(records)), truth, groups)
+        splits = pair_splits(records, truth, folds, settings.seed)
     else:
         programs = sorted(profiles)
         held = [set(programs[i::folds]) for i in range(folds)]

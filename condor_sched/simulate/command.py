@@ -25,6 +25,7 @@ from condor_sched.simulate.hybrid003 import KEYS as HYBRID003_KEYS, POLICIES as 
 from condor_sched.simulate.hybrid003_model import DEADLINE_RULES, INTERFERENCE_READINGS, ModelSettings
 from condor_sched.simulate.hybrid003_workload import SIZES as HYBRID003_SIZES
 from condor_sched.simulate.openb import OpenbError
+from condor_sched.simulate.overcommit004 import KEYS as OVERCOMMIT004_KEYS, MAX_MIX_NODES, WORKLOAD as OVERCOMMIT004
 from condor_sched.simulate.workloads import MAX_WORKLOAD_JOBS, WorkloadError, default_jobs, is_builtin
 
 #: Exit codes scripts can rely on.
@@ -46,7 +47,9 @@ _KEYS = ("makespan_s", "mean_wait_s", "mean_turnaround_s", "mean_slowdown", "thr
               help="phi-table1, phi-uniform, phi-normal, phi-low-skew, phi-high-skew, sns-random "
                    "(paper 000: parallel CPU jobs, profile model, Xeon nodes; policies ce, cs, sns, "
                    "sns-global), hybrid-003 (paper 003: HPC and data-intensive jobs on 4, 8 or 16 nodes of "
-                   "32 cores; policies vanilla, collocated, hybrid, koordinator, autopilot), or a .swf/.yaml path.")
+                   "32 cores; policies vanilla, collocated, hybrid, koordinator, autopilot), overcommit-004 "
+                   "(paper 004: batch and interactive jobs on nodes of 2 vCPUs, the measured pair slowdowns; "
+                   "policies exclusive, naive, overcommit), or a .swf/.yaml path.")
 @click.option("--jobs", type=bounded_int(1, MAX_WORKLOAD_JOBS), default=None,
               help="Jobs to generate (built-in workloads, default 1000; sns-random 20) or to read (files, default all).")
 @click.option("--nodes", type=bounded_int(1, MAX_NODES), default=None,
@@ -134,6 +137,8 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
           --nodes 1024 --policy slurm-sd --max-slowdown unbounded --json
     Example (paper 003's Table II: spare capacity on 16 nodes of 32 cores):
       condor-sched simulate --workload hybrid-003 --nodes 16 --policy hybrid --seed 1 --json
+    Example (paper 004's overcommitting, the measured pairs, 8 nodes of 2 vCPUs):
+      condor-sched simulate --workload overcommit-004 --nodes 8 --policy overcommit --seed 1 --json
     Example (the FGD paper's protocol on Alibaba's openb GPU trace, 10 seeds, 128-task cycles):
       condor-sched simulate --workload openb:openb_pod_list_default.csv \\
           --inventory openb:openb_node_list_gpu_node.csv --protocol inflation --policy fgd \\
@@ -143,6 +148,13 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
     if workload != HYBRID003 and any(given is not None for _, given in model_options):
         raise BadInput(f"{', '.join(name for name, given in model_options if given is not None)}: only for "
                        f"--workload {HYBRID003}")
+    if workload == OVERCOMMIT004:
+        refused = [name for name, given in (("--jobs", jobs), ("--inventory", inventory_path), ("--sequences", sequences),
+                                            ("--footprint-against", footprint_against), ("--cores-per-node", cores_per_node),
+                                            ("--max-slowdown", max_slowdown), ("--plot", plot_dir), ("--protocol", protocol),
+                                            ("--batch", batch), ("--cycle-s", cycle_s)) if given is not None]
+        _simulate_overcommit004(nodes, policy, seed, refused, as_json)
+        return
     if workload == HYBRID003:
         refused = [name for name, given in (("--jobs", jobs), ("--inventory", inventory_path), ("--sequences", sequences),
                                             ("--footprint-against", footprint_against), ("--cores-per-node", cores_per_node),
@@ -258,20 +270,44 @@ def _simulate_hybrid003(nodes: int | None, policy: str | None, seed: int, model:
     """``simulate --workload hybrid-003``: paper 003's cluster experiments (simulate/hybrid003.py)."""
     nodes = 16 if nodes is None else nodes
     policy = policy or "hybrid"
-    if refused:
-        raise BadInput(f"{', '.join(refused)}: not for --workload {HYBRID003} (it takes --nodes, --policy, --seed)")
+    _check_fixed_workload(HYBRID003, refused, policy, HYBRID003_POLICIES)
     if nodes not in HYBRID003_SIZES:
         raise BadInput(f"--workload {HYBRID003} runs on {', '.join(map(str, HYBRID003_SIZES))} nodes "
                        f"(paper 003, Section IV-A), not {nodes}")
-    if policy not in HYBRID003_POLICIES:
-        raise BadInput(f"--workload {HYBRID003} takes --policy {'|'.join(HYBRID003_POLICIES)}, not {policy!r}")
     report = simulate_hybrid003(nodes, policy, seed, model)
+    _echo_report(report, HYBRID003_KEYS, as_json,
+                 f"{HYBRID003}: {nodes} nodes x 32 cores, policy {policy}, seed {seed}, model {model.label()}")
+
+
+def _check_fixed_workload(workload: str, refused: list[str], policy: str, policies: tuple[str, ...]) -> None:
+    """A built-in experiment takes --nodes, --policy and --seed only, and one of its policies."""
+    if refused:
+        raise BadInput(f"{', '.join(refused)}: not for --workload {workload} (it takes --nodes, --policy, --seed)")
+    if policy not in policies:
+        raise BadInput(f"--workload {workload} takes --policy {'|'.join(policies)}, not {policy!r}")
+
+
+def _echo_report(report: dict, keys: tuple[str, ...], as_json: bool, title: str) -> None:
     if as_json:
         click.echo(to_json(report))
         return
-    click.echo(f"{HYBRID003}: {nodes} nodes x 32 cores, policy {policy}, seed {seed}, model {model.label()}")
-    for key in HYBRID003_KEYS:
+    click.echo(title)
+    for key in keys:
         click.echo(f"  {key:26} {report[key]:.3f}")
+
+
+def _simulate_overcommit004(nodes: int | None, policy: str | None, seed: int, refused: list[str], as_json: bool) -> None:
+    """``simulate --workload overcommit-004``: paper 004's overcommitting (simulate/overcommit004.py)."""
+    from condor_sched.modes.overcommit.placement import POLICIES
+    from condor_sched.simulate.overcommit004 import simulate_overcommit004
+
+    nodes = 8 if nodes is None else nodes
+    policy = policy or "overcommit"
+    if nodes > MAX_MIX_NODES:
+        raise BadInput(f"--workload {OVERCOMMIT004} runs on at most {MAX_MIX_NODES} nodes, not {nodes}")
+    _check_fixed_workload(OVERCOMMIT004, refused, policy, POLICIES)
+    report = simulate_overcommit004(nodes, policy, seed)
+    _echo_report(report, OVERCOMMIT004_KEYS, as_json, f"{OVERCOMMIT004}: {nodes} nodes x 2 vCPUs, policy {policy}, seed {seed}")
 
 
 def _simulate_node_jobs(workload: str, jobs: int | None, nodes: int | None, policy: str, cores_per_node: int | None,

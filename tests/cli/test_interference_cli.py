@@ -101,3 +101,16 @@ def test_bad_input_is_named(tmp_path):
     result = cli("measure", "--smoke", "--out", str(tmp_path / "no" / "such" / "x.json"))
     assert result.exit_code == 2 and "is not a directory" in result.output
     assert not (tmp_path / "no").exists()
+
+
+def test_simulate_overcommit_004_prints_the_issue_keys_and_refuses_what_it_does_not_take():
+    run = CliRunner().invoke(main, ["simulate", "--workload", "overcommit-004", "--nodes", "2", "--policy", "naive",
+                                    "--seed", "1", "--json"], catch_exceptions=False)
+    assert run.exit_code == 0, run.output
+    report = json.loads(run.output)
+    assert report["makespan_s"] > 0 and 0 <= report["ill_matched_pair_share"] <= 1
+    for args, words in ((["--policy", "greedy"], "takes --policy exclusive|naive|overcommit"),
+                        (["--jobs", "5"], "--jobs: not for --workload overcommit-004"),
+                        (["--nodes", "65"], "at most 64 nodes")):
+        bad = CliRunner().invoke(main, ["simulate", "--workload", "overcommit-004", *args])
+        assert bad.exit_code == 2 and words in bad.output, bad.output
