@@ -32,6 +32,7 @@ from condor_sched.cycle_cache import PlanCache, _where, covered, follow_jobs
 from condor_sched.cycle_records import (
     CycleConfig, CycleDecision, CycleMemory, Enroll, Hold, Pin, Unpin, pin_reason, waiting_reason,
 )
+from condor_sched.interference.guard import CycleGuard
 from condor_sched.mode_cycle import decide_mode, keep_pins
 from condor_sched.model import HOLDS_A_SLOT, Job, JobKey, JobStatus, PoolState, RunningJob, Skipped, partitionable_slot_of
 from condor_sched.modes.devices.bounded import BOUNDED_POLICIES
@@ -78,10 +79,17 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
     jobs = follow_jobs(state.jobs, [mode for mode, _ in active], memory.first_seen, memory.cycle, cache,
                        mode_of_job())
     busy = list(compress(state.jobs, map(is_not, map(_status, state.jobs), repeat(JobStatus.IDLE))))
+    running = running_jobs(state, busy)
+    guard = None if config.interference is None else CycleGuard(config.interference, state, running, memory.exes)
     context = ModeContext(state, memory.cycle, jobs.first_seen, config.plan, config.unpin_age_cycles, busy,
-                          running_jobs(state, busy), config.profiles, cache, slot_ledger=SlotLedger(),
-                          negotiated=memory.negotiated)
+                          running, config.profiles, cache, slot_ledger=SlotLedger(),
+                          negotiated=memory.negotiated, interference=guard)
     kept = [keep_pins(mode, jobs.by_mode[mode.name], context) for mode, _ in active]
+    if guard is not None:   # pins kept from earlier cycles hold their nodes before anything is planned
+        for pins in kept:
+            for job in pins.kept:
+                if job.is_idle and job.pinned_slot is not None:
+                    guard.note_pin(job, job.pinned_slot)
     parts = tuple(decide_mode(pins, planner) for pins, (_, planner) in zip(kept, active))
     # A pinned job whose ad went bad cannot be planned: its pin is taken away so it is never
     # left pinned to a slot that cannot run it; an idle one is held with the attribute named,
@@ -92,7 +100,8 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
     decision = CycleDecision.of(memory.cycle, jobs.seen, parts, state.skipped, jobs.first_seen, bad_unpins, bad_holds,
                                 cache)
     requeued = requeued_reasons(job for pins in kept for job in pins.kept)
-    return replace(decision, reasons={**running_reasons(busy), **requeued, **decision.reasons})
+    return replace(decision, reasons={**running_reasons(busy), **requeued, **decision.reasons},
+                   exes=memory.exes if guard is None else guard.exes)
 
 
 RUNNING_WORDS = "running on "

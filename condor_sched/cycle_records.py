@@ -47,6 +47,9 @@ class CycleMemory:
     #: no negotiator ran is not taken back the moment one runs again. None: every cycle
     #: follows one (``plan``, the simulator, a sidecar not following the negotiator).
     negotiated: tuple[int, ...] | None = None
+    #: What idle jobs run (paper 004's guard): the sha256 a node agent last read for a running
+    #: job of each (schedd, Owner, Cmd); empty while COSCHED_INTERFERENCE is off.
+    exes: Mapping[tuple[str, str, str], str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def fresh(cls, state: PoolState) -> CycleMemory:
@@ -76,6 +79,9 @@ class CycleConfig:
     planners: Mapping[str, Any] = field(default_factory=dict)
     #: Spare-capacity jobs (paper 003; COSCHED_SPARE_POLICY); None: they wait.
     spare_policy: Policy | None = None
+    #: COSCHED_INTERFERENCE (paper 004, ``interference/guard.py``): pairs the model predicts
+    #: ill-matched are kept off one node; None: off.
+    interference: Any = None
 
     @classmethod
     def from_settings(cls, settings: SidecarSettings, profiles: ProfileStore | None = None) -> CycleConfig:
@@ -83,8 +89,21 @@ class CycleConfig:
         node = None if settings.node_policy == "none" else get_policy(settings.node_policy)
         gpu = None if settings.gpu_policy == "none" else gpu_policy(settings.gpu_policy)
         spare = None if settings.spare_policy == "none" else get_policy(settings.spare_policy)
+        interference = None
+        if settings.interference:
+            from condor_sched.interference.dataset import DatasetError
+            from condor_sched.interference.guard import InterferenceSetting
+            from condor_sched.interference.report import default_dataset
+            from condor_sched.settings import SettingsError
+
+            try:
+                interference = InterferenceSetting.from_dataset(
+                    settings.interference_dataset or default_dataset(), settings.interference_cutoff)
+            except (DatasetError, OSError, ValueError) as exc:
+                raise SettingsError(f"COSCHED_INTERFERENCE_DATASET = {settings.interference_dataset!r}: the "
+                                    f"interference model cannot be fitted: {exc}") from None
         return cls(get_policy(settings.policy), spread, settings.plan, settings.unpin_age_cycles, profiles,
-                   node_policy=node, gpu_policy=gpu, spare_policy=spare)
+                   node_policy=node, gpu_policy=gpu, spare_policy=spare, interference=interference)
 
     def planner_of(self, mode: SharingMode) -> Any:
         """The planner ``mode`` plans with this cycle (None: the mode is off)."""
@@ -153,6 +172,8 @@ class CycleDecision:
     parts: tuple[ModeDecision, ...] = field(default=(), compare=False, repr=False)
     bad_ad_unpins: tuple[Unpin, ...] = field(default=(), compare=False, repr=False)
     bad_ad_holds: tuple[Hold, ...] = field(default=(), compare=False, repr=False)
+    #: ``CycleMemory.exes`` for the next cycle.
+    exes: Mapping[tuple[str, str, str], str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, cycle: int, seen: int, parts: tuple[ModeDecision, ...], skipped: tuple[Skipped, ...],
@@ -178,7 +199,7 @@ class CycleDecision:
 
     def next_memory(self, cycle: int | None = None) -> CycleMemory:
         """The memory of the next cycle, numbered ``cycle`` (default: this one plus one)."""
-        return CycleMemory(self.cycle + 1 if cycle is None else cycle, self.first_seen, self.cache)
+        return CycleMemory(self.cycle + 1 if cycle is None else cycle, self.first_seen, self.cache, exes=self.exes)
 
     def to_json(self) -> dict[str, Any]:
         """The documented ``plan --json`` object: placements of this cycle (``assignments``,

@@ -251,6 +251,10 @@ class Job:
     pinned_gpus: tuple[int, ...] = ()
     #: When the sidecar wrote the pin (``CoSchedPinTime``, Unix seconds); None when unknown.
     pinned_at_s: int | None = None
+    #: The job's executable as its ad names it (``Cmd``): with its schedd and Owner, what the
+    #: interference guard (paper 004) recognises a program by once a node agent has read the
+    #: binary it runs; never trusted as the program itself.
+    executable: str = ""
     attributes: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -361,6 +365,10 @@ class Slot:
     #: A GPU_NODE slot's claims whose jobs have not started yet (an idle pinned job's own claim
     #: may be one: ``modes/gpus/live``); () when none, or when the ad's ``Child*`` lists do not read.
     waiting_gpu_claims: tuple[GpuClaim, ...] = ()
+    #: The Owner and the sha256 of the binary of each job running on the slot's node, by
+    #: ``Cluster.Proc``, as the node agent read them as root (``CoSchedJobExe_<cluster>_<proc>``,
+    #: paper 004).
+    running_exes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     def with_free(self, free: Resources) -> Slot:
         return replace(self, free=free)
@@ -454,6 +462,9 @@ class PoolState:
     unreachable_schedds: tuple[str, ...] = ()
     #: When the source observed the pool (Unix seconds; None: a snapshot that does not say).
     observed_at_s: float | None = None
+    #: Interference profiles (paper 004) the node agents recorded from exclusive runs, by
+    #: (Owner, sha256 of the executable): each signal's median over the program's records.
+    program_profiles: Mapping[tuple[str, str], Mapping[str, float]] = field(default_factory=dict)
 
     def idle_jobs(self) -> tuple[Job, ...]:
         return tuple(j for j in self.jobs if j.is_idle)

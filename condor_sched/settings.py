@@ -40,6 +40,19 @@ class SidecarSettings:
     interval_s: float = 60.0
     edit_chunk_jobs: int = CHUNK_JOBS
     plan: PlanSettings = PlanSettings()
+    #: Paper 004: keep pairs the interference model predicts ill-matched off one node.
+    interference: bool = False
+    interference_cutoff: float = 0.5
+    #: The measured dataset the model is fitted on (empty: the one condor_sched ships).
+    interference_dataset: str = ""
+
+
+def boolean(text: str) -> bool:
+    """An HTCondor boolean knob (true/false, yes/no, 1/0; any case)."""
+    value = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}.get(text.lower())
+    if value is None:
+        raise ValueError(text)
+    return value
 
 
 # knob -> (field of SidecarSettings or PlanSettings, parser)
@@ -61,6 +74,9 @@ _KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
     "COSCHED_THREAD_OVERCOMMIT": ("plan.thread_overcommit", float),
     "COSCHED_AGE_LIMIT_CYCLES": ("plan.age_limit_cycles", int),
     "COSCHED_SPREAD_AGE_LIMIT_CYCLES": ("plan.spread_age_limit_cycles", int),
+    "COSCHED_INTERFERENCE": ("interference", boolean),
+    "COSCHED_INTERFERENCE_CUTOFF": ("interference_cutoff", float),
+    "COSCHED_INTERFERENCE_DATASET": ("interference_dataset", str),
 }
 
 
@@ -74,6 +90,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "COSCHED_SOLVER_TIME_LIMIT": (options.MIN_SOLVER_TIME_LIMIT_S, options.MAX_SOLVER_TIME_LIMIT_S),
     "COSCHED_MEMORY_GRANULARITY_MB": (1, options.MAX_GRANULARITY_MB),
     "COSCHED_THREAD_OVERCOMMIT": (1.0, options.MAX_THREAD_OVERCOMMIT),
+    "COSCHED_INTERFERENCE_CUTOFF": (0.01, 0.99),
 }
 
 
@@ -90,7 +107,7 @@ def settings_from_knobs(knobs: Mapping[str, str]) -> SidecarSettings:
         except ValueError:
             raise SettingsError(f"{knob} = {raw!r} is not a valid {parse.__name__}") from None
         low, high = _RANGES.get(knob, (0, math.inf))
-        if isinstance(value, (int, float)) and (not math.isfinite(value) or value <= 0 or not low <= value <= high):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and (not math.isfinite(value) or value <= 0 or not low <= value <= high):
             raise SettingsError(f"{knob} = {raw!r} must be a finite number in [{low:g}, {high:g}]"
                                 if knob in _RANGES else f"{knob} = {raw!r} must be positive")
         if field.startswith("plan."):
@@ -125,6 +142,9 @@ def settings_from_knobs(knobs: Mapping[str, str]) -> SidecarSettings:
             "so pins planned beyond it could never match, and the "
             "PREPARE_JOB hook refuses starts beyond a device's hardware threads (there is no offload "
             "arbiter); keep it at 1.0: plan and simulate take --thread-overcommit for what-if studies")
+    if settings.interference and not settings.profile_runs_dir:
+        raise SettingsError("COSCHED_INTERFERENCE = true needs COSCHED_PROFILE_RUNS_DIR: the node agents record "
+                            "the programs' interference profiles there (docs/admin.md, interference-aware placement)")
     if settings.plan.knapsack_solver not in ("dp", "ortools"):
         raise SettingsError(f"COSCHED_KNAPSACK_SOLVER = {settings.plan.knapsack_solver!r}: use dp or ortools")
     return settings

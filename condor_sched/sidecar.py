@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Protocol
 
 from condor_sched.cycle import CycleConfig, CycleDecision, CycleMemory, covered, decide_cycle
 from condor_sched.edits import CHUNK_JOBS, Edit, JobChange, apply_changes, enroll_change, reason_change, unpin_change
+from condor_sched.interference.live_profiles import ProfileReader
 from condor_sched.model import JobKey, PoolState
 from condor_sched.modes.registry import get_mode
 from condor_sched.piggyback import exploration_scales
@@ -169,6 +170,7 @@ class Sidecar:
         #: None: every cycle ages them.
         self.cycle_end = cycle_end
         self.last_negotiation_end: int | None = None
+        self.profile_reader: ProfileReader | None = None
 
     def _negotiated(self, memory: CycleMemory) -> tuple[int, ...] | None:
         """``memory.negotiated`` with this cycle added when the negotiator ended a cycle since
@@ -192,9 +194,22 @@ class Sidecar:
                    if covered(j) and j.wants_spread and (store is None or j.program not in store)}
         return replace(state, exploration_scales=exploration_scales(unknown, self.settings.profile_runs_dir))
 
+    def _with_program_profiles(self, state: PoolState) -> PoolState:
+        """The state with the interference profiles the node agents recorded (paper 004), when
+        COSCHED_INTERFERENCE is on; a record that does not read is warned once and left out."""
+        if self.config.interference is None or not self.settings.profile_runs_dir:
+            return state
+        if self.profile_reader is None:
+            self.profile_reader = ProfileReader(self.settings.profile_runs_dir)
+        profiles = self.profile_reader.read()
+        self.notices.settle("interference", {path: f"interference profile left out: {why}"
+                                             for path, why in self.profile_reader.problems.items()},
+                            ended=lambda path: f"interference profile {path} reads again, or is gone")
+        return replace(state, program_profiles=profiles)
+
     def run_cycle(self) -> SidecarCycle:
         started = time.perf_counter()
-        state = self._with_exploration(self.read_state())
+        state = self._with_program_profiles(self._with_exploration(self.read_state()))
         memory = self.memory or CycleMemory.fresh(state)
         negotiated = self._negotiated(memory)
         memory = replace(memory, negotiated=negotiated)

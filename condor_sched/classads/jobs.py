@@ -255,6 +255,7 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
         gpu=gpu,
         pinned_gpus=_pinned_gpus(ad) if gpu is not None else (),
         pinned_at_s=_lenient(ad, PIN_TIME_ATTR, int),
+        executable=(_lenient(ad, "Cmd", str) or "")[:4096],
         attributes={
             "Requirements": requirements,
             PIN_ORIGINAL_ATTR: _lookup_text(ad, PIN_ORIGINAL_ATTR) if PIN_ORIGINAL_ATTR in ad else None,

@@ -8,6 +8,7 @@ from typing import Iterable
 
 import classad2
 from cosched_node import rules
+from cosched_node.interference_duty import PUBLISHED_RE
 
 from condor_sched.classads.plain import (
     AdError,
@@ -108,6 +109,7 @@ def _slot_record(ad: classad2.ClassAd) -> Slot | None:
                 children=_child_names(ad), unavailable=_unavailable(ad) or _no_guests(ad, slot_kind), gpus=gpus,
                 gpu_single_account=single_account,
                 spare=_spare_of(ad, total) if slot_kind is SlotKind.SPARE else None,
+                running_exes=_running_exes(ad),
                 waiting_gpu_claims=_waiting_gpu_claims(ad, len(gpus)) if gpus else ())
 
 
@@ -202,6 +204,22 @@ def _spare_evictions(ad: classad2.ClassAd | _PlainAd) -> tuple[dict[str, str], d
         elif (name := SPARE_VACATED.match(attr)) and (match := VACATED.match(text)):
             vacated[f"{int(name.group(1))}.{int(name.group(2))}"] = (int(match.group(1)), match.group(2))
     return evictions, vacated
+
+
+RUNNING_EXE = re.compile(r"^CoSchedJobExe_(\d{1,12})_(\d{1,9})$", re.IGNORECASE)
+
+
+def _running_exes(ad: classad2.ClassAd | _PlainAd) -> dict[str, tuple[str, str]]:
+    """What the node's agent read of its running jobs (the startd cron's
+    ``CoSchedJobExe_<Cluster>_<Proc> = "<owner> <sha256>"``): job id -> (owner, sha256); lines
+    that do not read are left out."""
+    names = ad.values.keys() if ad.__class__ is _PlainAd else ad.keys()
+    out: dict[str, tuple[str, str]] = {}
+    for attr in [a for a in names if a[:13].lower() == "coschedjobexe"][:256]:
+        name, text = RUNNING_EXE.match(attr), _lenient(ad, attr, str)
+        if name and text and (match := PUBLISHED_RE.match(text)):
+            out[f"{int(name.group(1))}.{int(name.group(2))}"] = (match.group(1), match.group(2))
+    return out
 
 
 def _no_guests(ad: classad2.ClassAd, kind: SlotKind) -> str | None:

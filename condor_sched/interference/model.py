@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -92,6 +92,23 @@ class InterferenceModel:
     pipeline: object | None = None
     constant: float = 0.0
     bubble_up: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    #: Phase 1 fitted (scaler and k-means over the own features) and its dangerous clusters,
+    #: so that programs measured after the fit (live profiles) are judged too.
+    cluster_pipeline: object | None = None
+    dangerous_clusters: frozenset[int] = frozenset()
+
+    def with_profiles(self, profiles: Mapping[str, Mapping[str, float]]) -> InterferenceModel:
+        """The fitted model judging other programs: ``profiles`` (each with every feature the
+        model reads; a profile missing one is left out, and so allowed), each dangerous when
+        phase 1 puts it in a dangerous cluster. No pair terms: they need probes."""
+        usable = {name: p for name, p in profiles.items() if all(n in p for n in self.feature_names)}
+        dangerous: frozenset[str] = frozenset()
+        if self.cluster_pipeline is not None and usable and self.dangerous_clusters:
+            names = sorted(usable)
+            points = np.array([[_scaled(n, usable[p][n]) for n in self.feature_names] for p in names])
+            labels = self.cluster_pipeline.predict(points)
+            dangerous = frozenset(p for p, c in zip(names, labels) if int(c) in self.dangerous_clusters)
+        return replace(self, profiles=usable, dangerous=dangerous, pair_terms=(), bubble_up={})
 
     def row(self, victim: str, opponent: str) -> list[float] | None:
         """Eq. 7's inputs: the victim's features, the opponent's, then the pair terms."""
@@ -165,8 +182,9 @@ def fit_model(records: Sequence[PairRecord], profiles: Mapping[str, Mapping[str,
     programs = sorted(profiles)
     k = min(settings.clusters, len(programs))
     if k >= 2 and own:
-        points = StandardScaler().fit_transform(np.array([[_scaled(n, profiles[p][n]) for n in own] for p in programs]))
-        labels = KMeans(n_clusters=k, n_init=10, random_state=settings.seed).fit_predict(points)
+        phase1 = make_pipeline(StandardScaler(), KMeans(n_clusters=k, n_init=10, random_state=settings.seed))
+        labels = phase1.fit_predict(np.array([[_scaled(n, profiles[p][n]) for n in own] for p in programs]))
+        model.cluster_pipeline = phase1
         model.clusters = dict(zip(programs, (int(x) for x in labels)))
         dangerous: set[str] = set()
         for cluster in set(model.clusters.values()):
@@ -174,6 +192,7 @@ def fit_model(records: Sequence[PairRecord], profiles: Mapping[str, Mapping[str,
             theirs = [r for r in records if r.victim in members]
             if theirs and np.mean(_labels(theirs, settings.ev_threshold)) >= DANGER_SHARE:
                 dangerous |= members
+                model.dangerous_clusters |= {cluster}
         model.dangerous = frozenset(dangerous)
     rest = [r for r in records if r.victim not in model.dangerous and r.opponent not in model.dangerous]
     y = _labels(rest, settings.ev_threshold)

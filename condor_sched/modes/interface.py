@@ -62,6 +62,9 @@ class ModeContext:
     slot_ledger: Any = None
     #: ``CycleMemory.negotiated``: the latest cycles that followed a negotiation cycle (None: all).
     negotiated: tuple[int, ...] | None = None
+    #: The cycle's interference guard (``interference.guard.CycleGuard``; None: off): the slot
+    #: modes narrow each job's slots by it and check their plans with it.
+    interference: Any = None
 
     def negotiations_since(self, cycle: int) -> int:
         """How many negotiation cycles had the chance to match a pin made in ``cycle``: the

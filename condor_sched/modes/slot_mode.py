@@ -192,6 +192,8 @@ class SlotMode(SharingMode):
     """A mode whose pins name one partitionable slot of ``slot_kind`` (``CoSchedPinSlot``)."""
 
     slot_kind: SlotKind = SlotKind.DEVICE
+    #: A cluster's procs are pinned together or not at all (a spread job starts whole).
+    gang = False
     ages = True
     tells_refusal = True
     keeps_pins_when_off = True
@@ -286,12 +288,19 @@ class SlotView:
         free = [s.with_free(s.free - placed[s.name]) if s.name in placed else s
                 for s in self.ledger.free_slots(self.slots, context.busy) if s.unavailable is None]
         ordered, slots = self.offered(jobs, free)
-        eligible = without_refused_slot(state.eligible, refused, free)
+        eligible = mode.narrow(without_refused_slot(state.eligible, refused, free), ordered, slots, self)
+        guard = context.interference
+        kept_off: dict[JobKey, str] = {}
+        if guard is not None:
+            eligible, kept_off = guard.narrow(eligible, ordered, slots)
         request = PlanRequest(
-            idle=ordered, slots=slots, running=context.running, eligible=mode.narrow(eligible, ordered, slots, self),
+            idle=ordered, slots=slots, running=context.running, eligible=eligible,
             nodes=state.nodes, cycle=context.cycle, first_seen_cycle=context.first_seen, profiles=context.profiles,
             exploration_scales=state.exploration_scales)
         plan = mode.run(planner, request, self)
+        if guard is not None:
+            plan, taken_back = guard.admit(plan, ordered, mode.gang)
+            kept_off.update(taken_back)
         pins = tuple(map(pin_of, plan.assignments))
         if plan.assignments:  # what this mode took, for the slot modes planned after it
             self.ledger.placed.append((plan, ordered))
@@ -314,4 +323,9 @@ class SlotView:
         for key, slot in refused.items():   # no slot but the one that just refused it: say so
             if reasons.get(key) == no_slot:
                 reasons[key] = f"waiting: no slot but {slot} accepts it, tried again next cycle"
+        pinned = set(map(_job_of, pins))
+        for key, why in kept_off.items():   # the pair the interference model refused, in its own words
+            told = reasons.get(key, "")
+            if key not in pinned and why not in told:
+                reasons[key] = f"{told}; {why}" if told else f"waiting: {why}"
         return ModePlan(pins, (plan,), reasons)

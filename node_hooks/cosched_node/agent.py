@@ -48,6 +48,7 @@ from cosched_node.cpuset_duty import CpusetDuty
 from cosched_node.errors import (EXIT_BAD_AD, EXIT_BAD_CONFIG, EXIT_NO_STATE, EXIT_OK, EXIT_OVERSUBSCRIBED, ConfigError,
                                  Refused, StateError)
 from cosched_node.hook_server import serve
+from cosched_node.interference_duty import InterferenceDuty
 from cosched_node.jobs import Running
 from cosched_node.perf import PerfSampler, make_perf
 from cosched_node.slots import Claim, SlotView
@@ -73,7 +74,7 @@ def device_problem(config: NodeConfig, claim: Claim) -> Optional[str]:
     return None
 
 
-class Agent(CpusetDuty, SpareDuty):
+class Agent(CpusetDuty, SpareDuty, InterferenceDuty):
     """The agent's state between intervals: its job records and its mechanisms (node-sharing
     cpusets: :class:`~cosched_node.cpuset_duty.CpusetDuty`; spare capacity:
     :class:`~cosched_node.spare_duty.SpareDuty`)."""
@@ -100,6 +101,7 @@ class Agent(CpusetDuty, SpareDuty):
             log(problem)
         self._view_error: Optional[str] = None
         self.init_spare(spare_cgroups)
+        self.init_interference()
 
     # -- the startd's claims, matched to live starters
 
@@ -142,6 +144,7 @@ class Agent(CpusetDuty, SpareDuty):
         where = f"{claim.device or claim.slot}"
         self.log(f"job {claim.job} on {where} ended" + (f": units {placement.format_ranges(record.units)} released"
                                                          if record.units else ""))
+        self.interference_ended(record)
         if not record.is_spread or not self.profile_dir:
             return
         slot = self.config.slot(claim.slot_id)
@@ -290,6 +293,10 @@ class Agent(CpusetDuty, SpareDuty):
             self.watch_spread(table, now)
         except (OSError, StateError) as exc:
             self.log(f"spread jobs not managed this interval: {exc.strerror or exc}")
+        try:
+            self.watch_interference(table, now)
+        except Exception as exc:   # one bad interval never stops the agent
+            self.log(f"interference profiles not sampled this interval: {exc.__class__.__name__}: {exc}")
         try:
             self.manage_spare(table, now)
         except Exception as exc:   # one bad interval never stops the agent

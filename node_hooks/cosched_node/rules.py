@@ -38,6 +38,10 @@ NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
 DOMAIN_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9][A-Za-z0-9-]{0,62})*$")
 #: Device names (``mic0``, ``gpu1``): they become parts of attribute and file names.
 DEVICE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
+#: A job's Owner and the hex sha256 of a binary, as interference profiles are keyed (paper 004):
+#: they become directory names.
+OWNER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 #: A program name becomes a directory of the profile store: no '/', no leading '.'.
 PROGRAM_RE = re.compile(r"^(?!\.)[A-Za-z0-9_.+-]{1,64}$")
 OWNER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")

@@ -31,6 +31,10 @@ a missing, stale or malformed file publishes a node that offers nothing):
   CoSchedSpareVacated_<cluster>_<proc>  "<unix time> <reason>": such a request whose claim has ended,
                            kept 15 minutes so the sidecar can tell the job why it is idle again
                            (no policy reads it: it never preempts a later run of the job)
+Every node, from the agent's DIR/interference.json (paper 004: fresher than --max-age):
+  CoSchedJobExe_<cluster>_<proc>  "<owner> <sha256>": the owner of that running job (its claim's
+                           RemoteUser) and the sha256 of the binary it runs (/proc/<pid>/exe, read by
+                           the agent as root), which key its interference profile
 Exit codes: 0 facts printed; 2 node config invalid (prints only CoSchedNodeConfigOK = false).
 """
 
@@ -50,6 +54,7 @@ from cosched_node import __version__, rules
 from cosched_node.ads import format_line
 from cosched_node.config import DEFAULT_NODE_CONFIG, NodeConfig, load_node_config, state_dir_for
 from cosched_node.errors import EXIT_BAD_CONFIG, EXIT_INTERNAL, EXIT_OK, ConfigError
+from cosched_node.interference_duty import STATE_NAME, published_lines
 from cosched_node.state import log_line, read_json
 
 PROGRAM = "cosched_startd_cron"
@@ -158,6 +163,7 @@ def facts(config: NodeConfig, state_dir: str, micinfo_text: Optional[str],
     lines += over_limit_lines(killed_dir, names, now)
     alive = beat_time is not None and 0 <= now - beat_time <= max_age_s
     lines += spare_lines(config, state_dir, alive, now, max_age_s)
+    lines += published_lines(_read_json(state_dir, STATE_NAME), now, max_age_s)
     return lines
 
 

@@ -150,7 +150,8 @@ def test_after_an_agent_run_only_the_socket_is_writable_by_others(tmp_path: Path
                        "--once"]) == 0
     assert writable_by_others(state_dir) == ["agent.sock srw-rw-rw-"]
     assert sorted(p.name for p in state_dir.iterdir()) == ["agent.heartbeat", "agent.lock", "agent.log",
-                                                          "agent.sock", "devices", "jobs.json", "killed"]
+                                                          "agent.sock", "devices", "interference.json", "jobs.json",
+                                                          "killed"]
     assert json.loads((state_dir / "devices" / "mic0.json").read_text())["jobs"] == []
 
 

@@ -22,6 +22,7 @@ class SpreadMode(SlotMode):
     policy_kind = PolicyKind.SPREAD
     knob = "COSCHED_SPREAD_POLICY"
     slot_kind = SlotKind.SOCKET
+    gang = True
 
     def age_limit(self, settings: PlanSettings) -> int:
         """The spread planners' own aging limit (``PlanSettings.spread_age_limit``)."""

@@ -1,0 +1,123 @@
+"""COSCHED_INTERFERENCE on the real pool (paper 004, issue 30): the node agents read what each
+running job runs and record a profile from a run alone; with the setting on, the sidecar keeps
+two jobs whose programs the model judges ill-matched off one node, and the waiting one reads why
+in condor_q.
+
+The two programs are copies of the pool's ``sleep`` told apart by their bytes (so the agents'
+sha256 differ); their profiles are those of a measured pair the model judges ill-matched,
+written where the agents write theirs (the agents' own recording is asserted on a third run)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import htcondor2
+import pytest
+from test_device_cosched import start_sidecar, stop
+
+from condor_sched.device_kinds import PHI
+from condor_sched.interference.dataset import load_dataset, program_features
+from condor_sched.interference.guard import InterferenceSetting
+from condor_sched.interference.report import default_dataset
+
+pytestmark = pytest.mark.pool
+
+ATTRS = ["ProcId", "JobStatus", "LastRemoteHost", "RemoteHost", "JobCurrentStartDate", "CompletionDate",
+         "CoSchedPinReason", "CoSchedPinSlot"]
+
+
+def program(pool, name: str, trailer: bytes) -> tuple[Path, str]:
+    """A copy of the pool's sleep with ``trailer`` appended (an ELF runs with bytes after it)."""
+    d = pool.job_dir()
+    path = d / name
+    path.write_bytes((pool.info.root / "bin/sleep").read_bytes() + trailer)
+    os.chmod(path, 0o755)
+    os.chown(path, pool.settings.uid, pool.settings.uid)
+    return path, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def ill_matched_signals() -> tuple[dict, dict]:
+    """The software signals of a measured pair the live model keeps apart (victim, opponent)."""
+    model = InterferenceSetting.from_dataset(default_dataset()).model
+    names = sorted(model.profiles)
+    victim, opponent = next((a, b) for a in names for b in names if a < b and model.judge(a, b).ill_matched)
+    signals = program_features(load_dataset(default_dataset()))
+    return signals[victim], signals[opponent]
+
+
+def write_profiles(runs_dir: Path, exe: str, signals: dict, copies: int = 7) -> None:
+    """``copies`` records of ``signals`` (the median a program's profile is stays theirs when the
+    agents add a few records of the sleeps' own); the program's earlier records removed."""
+    directory = runs_dir / "interference" / "alice" / exe
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True, mode=0o755)
+    for i in range(copies):
+        job = f"99999999{i}.0"
+        (directory / f"{job}.json").write_text(json.dumps(
+            {"version": 1, "owner": "alice", "exe_sha256": exe, "job": job, "intervals": 10, "signals": signals}))
+
+
+def submit(pool, exe: Path, seconds: int, node: str, device: bool = True) -> int:
+    """A job of ``exe`` on ``node``: a device job (the device mode places it), or a plain one."""
+    description = {"executable": str(exe), "arguments": str(seconds), "initialdir": str(exe.parent),
+                   "should_transfer_files": "YES", "request_cpus": "1", "request_memory": "64",
+                   "requirements": f'Machine == "{node}.{pool.domain}"'}
+    if device:
+        description.update({f"request_{PHI.memory_attr}": "1000", f"request_{PHI.compute_attr}": "60"})
+    return pool.schedd().submit(htcondor2.Submit(description)).cluster()
+
+
+def wait(pool, cluster: int, done, timeout_s: float = 240) -> dict:
+    return pool.wait_for(cluster, done, ATTRS, timeout_s=timeout_s)
+
+
+def test_ill_matched_programs_never_share_a_node_and_the_waiting_job_says_why(pool):
+    runs_dir = pool.info.root / "var/lib/condor_sched/profiles"
+    bully, bully_exe = program(pool, "bully", b"\0cosched-bully")
+    victim, victim_exe = program(pool, "victim", b"\0cosched-victim")
+    victim_signals, bully_signals = ill_matched_signals()
+    for exe, signals in ((victim_exe, victim_signals), (bully_exe, bully_signals)):
+        write_profiles(runs_dir, exe, signals)
+    sidecar = start_sidecar(pool, "knapsack", **{"COSCHED_INTERFERENCE": "true",
+                                                 "COSCHED_PROFILE_RUNS_DIR": str(runs_dir)})
+    try:
+        # The sidecar learns what each Cmd runs from the agents' reading of a running job
+        # (advertised by the startd cron, every 30 s here): one run of each, on two nodes.
+        first = [submit(pool, bully, 50, "node2"), submit(pool, victim, 50, "node4")]
+        for cluster in first:
+            wait(pool, cluster, lambda ad: ad.get("JobStatus") == 4)
+        # Now both on node1 (two devices): the bully starts; the victim is kept off node1
+        # while the bully runs, and says why.
+        held_node = submit(pool, bully, 25, "node1")
+        wait(pool, held_node, lambda ad: ad.get("JobStatus") == 2, timeout_s=120)
+        kept_off = submit(pool, victim, 2, "node1")
+        told = wait(pool, kept_off, lambda ad: "interference model keeps it off node1" in
+                    str(ad.get("CoSchedPinReason") or ""), timeout_s=60)
+        assert told["JobStatus"] == 1 and f"alice/{bully_exe[:12]}" in told["CoSchedPinReason"], told
+        ran = wait(pool, kept_off, lambda ad: ad.get("JobStatus") == 4)
+        bully_run = wait(pool, held_node, lambda ad: ad.get("JobStatus") == 4)
+        assert ran["LastRemoteHost"].split("@")[-1].startswith("node1"), ran
+        assert ran["JobCurrentStartDate"] >= bully_run["CompletionDate"], (ran, bully_run)
+    finally:
+        log = stop(sidecar)
+    assert "interference profile left out" not in log, log[-2000:]
+
+
+def test_a_job_alone_on_its_node_leaves_a_profile_keyed_by_its_owner_and_binary(pool):
+    runs_dir = pool.info.root / "var/lib/condor_sched/profiles"
+    alone, exe = program(pool, "alone", b"\0cosched-alone-%d" % time.time_ns())
+    cluster = submit(pool, alone, 12, "node2", device=False)   # HTCondor places it: no sidecar needed
+    wait(pool, cluster, lambda ad: ad.get("JobStatus") == 4, timeout_s=120)
+    deadline = time.monotonic() + 30   # the agent writes the record within its interval (2 s) of the end
+    records: list[Path] = []
+    while time.monotonic() < deadline and not records:
+        records = list((runs_dir / "interference" / "alice" / exe).glob(f"{cluster}.0.json"))
+        time.sleep(1)
+    assert records, f"no profile under {runs_dir / 'interference' / 'alice' / exe}"
+    record = json.loads(records[0].read_text())
+    assert record["owner"] == "alice" and record["exe_sha256"] == exe and record["intervals"] >= 3
+    assert 0 <= record["signals"]["user_share"] < 0.5 and record["signals"]["log2_peak_rss_mib"] >= 0
