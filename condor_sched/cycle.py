@@ -33,7 +33,7 @@ from condor_sched.cycle_records import (
     CycleConfig, CycleDecision, CycleMemory, Enroll, Hold, Pin, Unpin, pin_reason, waiting_reason,
 )
 from condor_sched.interference.guard import CycleGuard
-from condor_sched.mode_cycle import decide_mode, keep_pins
+from condor_sched.mode_cycle import KeptPins, decide_mode, keep_pins
 from condor_sched.model import HOLDS_A_SLOT, Job, JobKey, JobStatus, PoolState, RunningJob, Skipped, partitionable_slot_of
 from condor_sched.modes.devices.bounded import BOUNDED_POLICIES
 from condor_sched.modes.interface import ModeContext
@@ -85,11 +85,8 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
                           running, config.profiles, cache, slot_ledger=SlotLedger(),
                           negotiated=memory.negotiated, interference=guard)
     kept = [keep_pins(mode, jobs.by_mode[mode.name], context) for mode, _ in active]
-    if guard is not None:   # pins kept from earlier cycles hold their nodes before anything is planned
-        for pins in kept:
-            for job in pins.kept:
-                if job.is_idle and job.pinned_slot is not None:
-                    guard.note_pin(job, job.pinned_slot)
+    if guard is not None:
+        keep_apart(guard, kept)
     parts = tuple(decide_mode(pins, planner) for pins, (_, planner) in zip(kept, active))
     # A pinned job whose ad went bad cannot be planned: its pin is taken away so it is never
     # left pinned to a slot that cannot run it; an idle one is held with the attribute named,
@@ -102,6 +99,21 @@ def decide_cycle(state: PoolState, memory: CycleMemory, config: CycleConfig) -> 
     requeued = requeued_reasons(job for pins in kept for job in pins.kept)
     return replace(decision, reasons={**running_reasons(busy), **requeued, **decision.reasons},
                    exes=memory.exes if guard is None else guard.exes)
+
+
+def keep_apart(guard: CycleGuard, kept: list[KeptPins]) -> None:
+    """An idle job's kept pin whose node now runs a job it is ill-matched with is taken back
+    (the job is planned again this cycle); the rest hold their nodes before anything is planned."""
+    for pins in kept:
+        standing = []
+        for job in pins.kept:
+            why = guard.displaced(job) if job.is_idle else None
+            (pins.unpins.append(Unpin(job.key, why)) if why is not None else standing.append(job))
+        pins.kept[:] = standing
+    for pins in kept:
+        for job in pins.kept:
+            if job.is_idle and job.pinned_slot is not None:
+                guard.note_pin(job, job.pinned_slot)
 
 
 RUNNING_WORDS = "running on "

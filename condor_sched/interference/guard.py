@@ -125,6 +125,13 @@ class CycleGuard:
         if name is not None and node is not None:
             self.members.setdefault(node, []).append((f"job {job.key.job_id}", name, job.key.cluster))
 
+    def displaced(self, job: Job) -> str | None:
+        """Why an idle job's kept pin no longer stands: a job it is ill-matched with runs on the
+        pinned slot's node now (started there outside condor_sched, or before its node
+        advertised it); asked before any pin is noted, so only running jobs count."""
+        name, node = self.program_of(job), self.machine_of.get(job.pinned_slot or "")
+        return None if name is None or node is None else self.refusal(name, node, job.key.cluster)
+
     def verdict(self, a: str, b: str) -> Verdict:
         pair = (a, b) if a <= b else (b, a)
         if pair not in self._verdicts:

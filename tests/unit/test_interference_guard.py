@@ -200,3 +200,15 @@ def test_a_job_started_since_its_node_last_advertised_is_known_by_its_cmd(settin
     state = state_of([node_slot("node1")], [run, idle(0, "/bin/b")], programs)   # node1 advertises nothing yet
     decision = decide(state, setting, exes)
     assert decision.pins == () and "where job 7.0 runs" in decision.reasons[JobKey("s", 1, 0)]
+
+
+def test_a_kept_pin_is_taken_back_when_an_ill_matched_job_now_runs_on_its_node(setting, programs):
+    exes = {("s", "alice", "/bin/b"): B}
+    pinned = replace(idle(0, "/bin/b"), pinned_slot="slot1@node1", pinned_cycle=1)
+    state = state_of([node_slot("node1", {"5.0": ("alice", A)}), node_slot("node2")], [pinned], programs)
+    decision = decide(state, setting, exes, cycle=2)
+    assert [u.job for u in decision.unpins] == [pinned.key]
+    assert "the interference model keeps it off node1, where job 5.0 runs" in decision.unpins[0].reason
+    assert [(p.job, p.slot) for p in decision.pins] == [(pinned.key, "slot1@node2")]   # planned again at once
+    suits = replace(state, slots=(node_slot("node1", {"5.0": ("alice", C)}), node_slot("node2")))
+    assert [a.job for a in decide(suits, setting, {("s", "alice", "/bin/b"): D}, cycle=2).kept] == [pinned.key]
