@@ -6,8 +6,7 @@ every claim's job whether a mode covers it or not, is what the node's agent read
 (``Slot.running_exes``: owner and hash per running job); an idle job's program is the hash last
 read for a running job of the same schedd, Owner and ``Cmd`` (``CycleMemory.exes``, learned
 cycle by cycle): the ad's words choose which root observation applies, never what the program
-is. A
-program without a profile (never run alone on a node, or not yet seen running) is allowed: the
+is. A program without a profile (never run alone on a node, or not yet seen running) is allowed: the
 model does not guess.
 
 A job that started since its node last advertised (the startd cron runs every 30 s) is

@@ -15,22 +15,19 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from cosched_node.interference_duty import RECORD_VERSION, SUBDIR
-from cosched_node.rules import OWNER_RE, SHA256_RE
+from cosched_node.interference_duty import RECORD_VERSION, records_of
+from cosched_node.runs import MAX_RECORD_BYTES
 
 from condor_sched.interference.dataset import SOFTWARE_SIGNALS
 
 ProgramKey = tuple[str, str]
-MAX_RECORD_BYTES = 65536
 MAX_RECORDS = 20000
 #: A signal beyond this is not a measurement (rates per second, shares, log2 MiB).
 MAX_SIGNAL = 1e9
-JOB_FILE_RE = re.compile(r"^\d{1,12}\.\d{1,9}\.json$")
 
 
 class ProfileRecordError(ValueError):
@@ -77,22 +74,18 @@ class ProfileReader:
 
     def read(self) -> dict[ProgramKey, dict[str, float]]:
         """Every program's profile now (the medians of its good records); bad records in ``problems``."""
-        root = os.path.join(self.directory, SUBDIR)
         seen: dict[ProgramKey, list[dict[str, float]]] = {}
-        live: set[str] = set()
-        count = 0
-        for owner in _listing(root, OWNER_RE):
-            for exe in _listing(os.path.join(root, owner), SHA256_RE):
-                for name in _listing(os.path.join(root, owner, exe), JOB_FILE_RE):
-                    count += 1
-                    if count > MAX_RECORDS:
-                        self.problems[root] = f"more than {MAX_RECORDS} records: the rest are not read"
-                        break
-                    path = os.path.join(root, owner, exe, name)
-                    live.add(path)
-                    signals = self._record(path, owner, exe)
-                    if signals is not None:
-                        seen.setdefault((owner, exe), []).append(signals)
+        paths = records_of(self.directory)
+        if len(paths) > MAX_RECORDS:
+            self.problems[self.directory] = f"more than {MAX_RECORDS} records: the rest are not read"
+        else:
+            self.problems.pop(self.directory, None)
+        live = set(paths[:MAX_RECORDS])
+        for path in paths[:MAX_RECORDS]:
+            owner, exe = path.split(os.sep)[-3:-1]
+            signals = self._record(path, owner, exe)
+            if signals is not None:
+                seen.setdefault((owner, exe), []).append(signals)
         for gone in [p for p in self._parsed if p not in live]:
             del self._parsed[gone]
             self.problems.pop(gone, None)
@@ -121,13 +114,6 @@ class ProfileReader:
             self.problems[path] = str(exc)
         self._parsed[path] = (stamp, signals)
         return signals
-
-
-def _listing(path: str, pattern: re.Pattern) -> list[str]:
-    try:
-        return sorted(n for n in os.listdir(path) if pattern.match(n))
-    except OSError:
-        return []
 
 
 def _medians(records: list[Mapping[str, float]]) -> dict[str, float]:

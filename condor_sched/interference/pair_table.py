@@ -41,7 +41,6 @@ class PairTable:
     speeds: Mapping[tuple[str, str, str], float]
     labels: Mapping[PairKey, bool]
     interactive: frozenset[str]
-    thresholds: Mapping[str, float]
 
     def speed(self, placement: str, victim: str, opponent: str) -> float | None:
         return self.speeds.get((placement, victim, opponent))
@@ -77,7 +76,7 @@ def pair_table(data: Dataset, thresholds: Mapping[str, float]) -> PairTable:
         else:
             by_pair[key].append(r.ev > thresholds[r.placement])
     labels = {key: any(v) for key, v in by_pair.items()}
-    return PairTable(speeds, labels, interactive, dict(thresholds))
+    return PairTable(speeds, labels, interactive)
 
 
 def out_of_fold_verdicts(data: Dataset, thresholds: Mapping[str, float], prob_cutoff: float, folds: int,

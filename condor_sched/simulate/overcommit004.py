@@ -142,9 +142,8 @@ class OvercommitSimulation:
     def _speed(self, run: _Running) -> tuple[float, bool]:
         node, index = run.core
         pairs: list[tuple[str, str, float]] = []
-        for (other_node, other_index), held in self.cores.items():
-            if other_node != node:
-                continue
+        for other_index in range(CORES_PER_NODE):
+            held = self.cores[(node, other_index)]
             placement = "shared" if other_index == index else "separate"
             for j in held:
                 if j != run.job.index:

@@ -54,6 +54,7 @@ STATE_NAME = "interference.json"
 MIN_ALONE_INTERVALS = 3
 #: A larger executable is not hashed (no profile for it): hashing must not stall the agent.
 MAX_EXE_BYTES = 512 * 1024 * 1024
+RECORD_NAME_RE = re.compile(r"^\d{1,12}\.\d{1,9}\.json$")
 #: Jobs advertised per node at most (a node runs a few dozen at most).
 MAX_PUBLISHED = 256
 #: Cumulative per-process counters (what is summed over a job's processes).
@@ -258,30 +259,21 @@ class InterferenceDuty:
         return path
 
 
-def records_of(profile_dir: str) -> List[str]:
-    """Every record path under ``<profile_dir>/interference`` (owner/sha256/job.json), sorted."""
-    root = os.path.join(profile_dir, SUBDIR)
-    out = []
+def _names(path: str, pattern: "re.Pattern[str]") -> List[str]:
     try:
-        owners = sorted(os.listdir(root))
+        return sorted(n for n in os.listdir(path) if pattern.match(n))
     except OSError:
         return []
-    for owner in owners:
-        if not OWNER_RE.match(owner):
-            continue
-        try:
-            hashes = sorted(os.listdir(os.path.join(root, owner)))
-        except OSError:
-            continue
-        for exe in hashes:
-            if not SHA256_RE.match(exe):
-                continue
-            try:
-                names = sorted(os.listdir(os.path.join(root, owner, exe)))
-            except OSError:
-                continue
-            out += [os.path.join(root, owner, exe, n) for n in names if n.endswith(".json") and not n.startswith(".")]
-    return out
+
+
+def records_of(profile_dir: str) -> List[str]:
+    """Every record path under ``<profile_dir>/interference`` (owner/sha256/<job id>.json),
+    sorted; what the agents write and the sidecar reads (``live_profiles``)."""
+    root = os.path.join(profile_dir, SUBDIR)
+    return [os.path.join(root, owner, exe, name)
+            for owner in _names(root, OWNER_RE)
+            for exe in _names(os.path.join(root, owner), SHA256_RE)
+            for name in _names(os.path.join(root, owner, exe), RECORD_NAME_RE)]
 
 
 #: ``CoSchedJobExe_<cluster>_<proc>``'s value: the owner and the sha256, one space apart.

@@ -212,3 +212,47 @@ def test_a_kept_pin_is_taken_back_when_an_ill_matched_job_now_runs_on_its_node(s
     assert [(p.job, p.slot) for p in decision.pins] == [(pinned.key, "slot1@node2")]   # planned again at once
     suits = replace(state, slots=(node_slot("node1", {"5.0": ("alice", C)}), node_slot("node2")))
     assert [a.job for a in decide(suits, setting, {("s", "alice", "/bin/b"): D}, cycle=2).kept] == [pinned.key]
+
+
+def test_hostile_or_malformed_advertised_lines_are_left_out_of_a_slot():
+    from condor_sched.classads import slot_from_ad
+    from tests.unit.pool_ads import slot_ad
+
+    ad = slot_ad(node_slot("node1"))
+    ad["CoSchedJobExe_12_0"] = f"alice {A}"
+    ad["CoSchedJobExe_13_0"] = f"../etc {A}"           # not an owner name
+    ad["CoSchedJobExe_14_0"] = "alice not-a-hash"
+    ad["CoSchedJobExe_15_0"] = 42                      # not a string
+    ad["CoSchedJobExe_x_0"] = f"alice {A}"             # not a job id
+    assert slot_from_ad(ad).running_exes == {"12.0": ("alice", A)}
+
+
+def test_at_scale_no_pin_forms_an_ill_matched_pair_and_every_waiting_job_says_why(setting, programs):
+    """More idle jobs than the pool holds, three owners, a bully running on a third of the
+    nodes, jobs that can never match: every node's pins and running jobs stay well-matched."""
+    owners = ("alice", "bob", "carol")
+    profiles = {(o, k): v for o in owners for k, v in programs.items()}
+    slots = [node_slot(f"node{n:02d}", {"900.0": ("alice", A)} if n % 3 == 0 else {}) for n in range(30)]
+    exes = {("s", o, f"/bin/{p}"): k for o in owners for p, k in (("a", A), ("b", B), ("c", C), ("d", D))}
+    jobs = [idle(p, f"/bin/{'abcd'[(c + p) % 4]}", owner=owners[c % 3], cluster=c + 1)
+            for c in range(40) for p in range(10)]
+    never = idle(0, "/bin/b", cluster=99)
+    jobs.append(never)
+    state = PoolState(tuple(jobs), tuple(slots), program_profiles=profiles,
+                      eligible={never.key: frozenset()})
+    decision = decide(state, setting, exes)
+    assert 0 < len(decision.pins) < len(jobs) - 1
+    by_key = {j.key: j for j in jobs}
+    guard = CycleGuard(setting, state, [], exes)
+    for slot in slots:
+        here = [guard.program_of(by_key[p.job]) for p in decision.pins if p.slot == slot.name]
+        clusters = [p.job.cluster for p in decision.pins if p.slot == slot.name]
+        running = [program_name(k) for k in slot.running_exes.values()]
+        for i, a in enumerate(here):
+            for b in running:
+                assert not guard.verdict(a, b).ill_matched, (slot.name, a, b)
+            for b, cb in zip(here[i + 1:], clusters[i + 1:]):
+                assert cb == clusters[i] or not guard.verdict(a, b).ill_matched, (slot.name, a, b)
+    waiting = {j.key for j in jobs} - {p.job for p in decision.pins}
+    assert all(decision.reasons.get(k) for k in waiting)
+    assert decision.reasons[never.key].startswith("waiting")

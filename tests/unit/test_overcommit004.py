@@ -67,7 +67,7 @@ def table_of(speeds, ill_pairs, interactive=frozenset()):
         for a in programs:
             for b in programs:
                 labels[(placement, *sorted((a, b)))] = frozenset((a, b)) in ill_pairs.get(placement, ())
-    return PairTable(speeds, labels, frozenset(interactive), DEFAULT_EV_THRESHOLD)
+    return PairTable(speeds, labels, frozenset(interactive))
 
 
 def uniform_speeds(programs, shared=0.5, separate=1.0, overrides=None):
