@@ -1,5 +1,6 @@
 """Keeping pairs the interference model predicts ill-matched apart (paper 004, Sections 3.3 and
-6.4), in every mode that pins a job to a slot: ``COSCHED_INTERFERENCE = true``. Pure.
+6.4), in every mode that pins a job (``COSCHED_INTERFERENCE = true``): the slot modes narrow and
+admit whole plans, the GPU and mates modes :meth:`CycleGuard.claim` pin by pin. Pure.
 
 What a program is: the job's Owner and the sha256 of the binary it runs. What runs on a node,
 every claim's job whether a mode covers it or not, is what the node's agent read as root
@@ -124,12 +125,24 @@ class CycleGuard:
         if name is not None and node is not None:
             self.members.setdefault(node, []).append((f"job {job.key.job_id}", name, job.key.cluster))
 
+    def refuses(self, job: Job, slot: str) -> str | None:
+        """Why ``job`` may not join ``slot``'s node now (module docstring), or None."""
+        name, node = self.program_of(job), self.machine_of.get(slot)
+        return None if name is None or node is None else self.refusal(name, node, job.key.cluster)
+
+    def claim(self, job: Job, slot: str) -> str | None:
+        """For a mode that pins one job at a time (GPU shares, a mate's guest): why ``job`` may
+        not be pinned to ``slot``, or None, and then the pin is noted on its node."""
+        why = self.refuses(job, slot)
+        if why is None:
+            self.note_pin(job, slot)
+        return why
+
     def displaced(self, job: Job) -> str | None:
         """Why an idle job's kept pin no longer stands: a job it is ill-matched with runs on the
         pinned slot's node now (started there outside condor_sched, or before its node
         advertised it); asked before any pin is noted, so only running jobs count."""
-        name, node = self.program_of(job), self.machine_of.get(job.pinned_slot or "")
-        return None if name is None or node is None else self.refusal(name, node, job.key.cluster)
+        return self.refuses(job, job.pinned_slot or "")
 
     def verdict(self, a: str, b: str) -> Verdict:
         pair = (a, b) if a <= b else (b, a)

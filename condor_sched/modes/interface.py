@@ -63,7 +63,8 @@ class ModeContext:
     #: ``CycleMemory.negotiated``: the latest cycles that followed a negotiation cycle (None: all).
     negotiated: tuple[int, ...] | None = None
     #: The cycle's interference guard (``interference.guard.CycleGuard``; None: off): the slot
-    #: modes narrow each job's slots by it and check their plans with it.
+    #: modes narrow each job's slots by it and check their plans with it; the GPU and mates
+    #: modes ask it pin by pin (``claim``).
     interference: Any = None
 
     def negotiations_since(self, cycle: int) -> int:

@@ -110,6 +110,11 @@ _KEYS = ("makespan_s", "mean_wait_s", "mean_turnaround_s", "mean_slowdown", "thr
 @click.option("--deadlines", type=click.Choice(DEADLINE_RULES), default=None,
               help="hybrid-003: a job past its requested time is killed (kill, the default, Section IV) or "
                    "runs on and counts as missed (overrun).")
+@click.option("--interference-guard", "interference_guard", is_flag=True,
+              help="Device and sns workloads: run each seed twice, with COSCHED_INTERFERENCE off and on (paper "
+                   "004's model on the shipped dataset; each simulated program runs a measured kernel), and "
+                   "report both makespans, the loss and the measured ill-matched share of co-running time "
+                   "(default --cycle-s 5).")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,
               help="Write utilisation and concurrency PNGs to this directory (needs matplotlib).")
@@ -119,7 +124,7 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
                      thread_overcommit: float, offload_model: str, cores_per_node: int | None,
                      max_slowdown: str | None, runtime_model: str, as_json: bool, plot_dir: str | None,
                      protocol: str | None, batch: int | None, interference: str | None,
-                     parallel_idle: float | None, deadlines: str | None) -> None:
+                     parallel_idle: float | None, deadlines: str | None, interference_guard: bool = False) -> None:
     """Simulate a workload under a policy on a simulated pool.
 
     \b
@@ -175,6 +180,14 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
         raise BadInput("--protocol and --batch belong to openb workloads (--workload openb:PODS.csv "
                        "--inventory openb:NODES.csv)")
     policy = policy or sidecar_default_policy(workload, cores_per_node)
+    if interference_guard:
+        refused = [name for name, given in (("--inventory", inventory_path), ("--footprint-against", footprint_against),
+                                            ("--cores-per-node", cores_per_node), ("--max-slowdown", max_slowdown),
+                                            ("--plot", plot_dir)) if given is not None]
+        _simulate_guard_cost(workload, jobs, nodes or 8, policy, seed, sequences, cycle_s,
+                             _plan_settings(thread_overcommit, age_limit_cycles, spread_age_limit_cycles), refused,
+                             as_json)
+        return
     cycle_s = DEFAULT_CYCLE_S if cycle_s is None else cycle_s
     if cores_per_node is not None or max_slowdown is not None or policy in policy_names(PolicyKind.NODE):
         _simulate_node_jobs(workload, jobs, nodes, policy, cores_per_node, max_slowdown, runtime_model, as_json)
@@ -190,11 +203,7 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
 
             if importlib.util.find_spec("matplotlib") is None:
                 raise PlotError("--plot needs matplotlib: pip install 'condor-sched[plot]'")
-        settings = PlanSettings(thread_overcommit=thread_overcommit)
-        if age_limit_cycles is not None:
-            settings = replace(settings, age_limit_cycles=age_limit_cycles, spread_age_limit_cycles=age_limit_cycles)
-        if spread_age_limit_cycles is not None:
-            settings = replace(settings, spread_age_limit_cycles=spread_age_limit_cycles)
+        settings = _plan_settings(thread_overcommit, age_limit_cycles, spread_age_limit_cycles)
         spec = spec_for(workload, policy, cycle_s, settings, inventory, nodes or 8, offload_model)
         show_bar = sys.stdout.isatty() and not as_json
         total = (sequences or 1) * (jobs or default_jobs(workload)) if is_builtin(workload) else None
@@ -225,6 +234,45 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
         if key in report:
             value = report[key]
             click.echo(f"  {key:26} {value:.3f}" if isinstance(value, float) else f"  {key:26} {value}")
+
+
+def _plan_settings(thread_overcommit: float, age_limit_cycles: int | None,
+                   spread_age_limit_cycles: int | None) -> PlanSettings:
+    settings = PlanSettings(thread_overcommit=thread_overcommit)
+    if age_limit_cycles is not None:
+        settings = replace(settings, age_limit_cycles=age_limit_cycles, spread_age_limit_cycles=age_limit_cycles)
+    if spread_age_limit_cycles is not None:
+        settings = replace(settings, spread_age_limit_cycles=spread_age_limit_cycles)
+    return settings
+
+
+def _simulate_guard_cost(workload: str, jobs: int | None, nodes: int, policy: str, seed: int, sequences: int | None,
+                         cycle_s: float | None, settings: PlanSettings, refused: list[str], as_json: bool) -> None:
+    """``simulate --interference-guard``: the guard's price in the device or spread mode (guard_cost.py)."""
+    from condor_sched.interference.dataset import DatasetError
+    from condor_sched.interference.report import default_dataset
+    from condor_sched.simulate.guard_cost import GUARD_CYCLE_S, guard_cost_summary
+    from condor_sched.simulate.study import sequence_seeds
+
+    try:
+        if refused:
+            raise ValueError(f"{', '.join(refused)}: not with --interference-guard")
+        if not is_builtin(workload):
+            raise ValueError(f"--interference-guard runs the built-in device and sns workloads, not {workload!r}")
+        seeds = [seed] if sequences is None else sequence_seeds(seed, sequences)
+        report = guard_cost_summary(workload, policy, nodes, seeds, str(default_dataset()), jobs,
+                                   GUARD_CYCLE_S if cycle_s is None else cycle_s, settings)
+    except (WorkloadError, PolicyError, DatasetError, ValueError) as e:
+        raise BadInput(str(e)) from None
+    except SimulationError as e:
+        click.echo(f"Error: {e}", err=True)
+        sys.exit(EXIT_SIMULATION)
+    _echo_report(report, GUARD_KEYS, as_json, f"{workload} on {nodes} nodes, policy {policy}, cycle "
+                 f"{report['cycle_s']:g} s, COSCHED_INTERFERENCE off / on, {len(seeds)} seed(s)")
+
+
+GUARD_KEYS = ("makespan_off_s", "makespan_on_s", "makespan_loss", "max_makespan_loss", "ill_matched_share_off",
+              "ill_matched_share_on", "jobs_made_to_wait_on", "oracle_makespan_loss", "ill_matched_share_oracle")
 
 
 def sidecar_default_policy(workload: str, cores_per_node: int | None) -> str:

@@ -114,3 +114,21 @@ def test_simulate_overcommit_004_prints_the_issue_keys_and_refuses_what_it_does_
                         (["--nodes", "65"], "at most 64 nodes")):
         bad = CliRunner().invoke(main, ["simulate", "--workload", "overcommit-004", *args])
         assert bad.exit_code == 2 and words in bad.output, bad.output
+
+
+def test_simulate_interference_guard_reports_both_runs_and_refuses_what_it_cannot_run():
+    run = CliRunner().invoke(main, ["simulate", "--workload", "phi-table1", "--jobs", "40", "--nodes", "2",
+                                    "--interference-guard", "--json"])
+    assert run.exit_code == 0, run.output
+    report = json.loads(run.output)
+    assert report["policy"] == "lp-pack" and report["cycle_s"] == 5.0 and len(report["seeds"]) == 1
+    assert report["makespan_loss"] == pytest.approx(report["makespan_on_s"] / report["makespan_off_s"] - 1, abs=1e-5)
+    assert 0.0 <= report["ill_matched_share_on"] <= 1.0 and "measured_makespan_loss" in report
+    text = CliRunner().invoke(main, ["simulate", "--workload", "sns-random", "--jobs", "6", "--interference-guard"])
+    assert text.exit_code == 0, text.output
+    assert "policy sns" in text.output and "makespan_loss" in text.output and "measured_makespan" not in text.output
+    for args, words in ((["--workload", "sns-random", "--policy", "lp-pack"], "takes a spread policy"),
+                        (["--workload", "x.swf"], "built-in device and sns workloads"),
+                        (["--workload", "phi-table1", "--footprint-against", "exclusive"], "--footprint-against")):
+        bad = CliRunner().invoke(main, ["simulate", *args, "--interference-guard"])
+        assert bad.exit_code == 2 and words in bad.output, bad.output

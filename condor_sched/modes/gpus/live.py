@@ -16,7 +16,10 @@ share of one GPU (``request_GPUCompute`` < 1000, ``request_GPUMemory``) or whole
   less what kept pins and jobs the ads do not show yet hold;
 * a GPU that runs (or is pinned to) a share of one Owner takes shares of that Owner only:
   MPS runs one server per Linux user, and another user's client waits until that server's
-  clients have all exited (FACTS.md).
+  clients have all exited (FACTS.md);
+* with ``COSCHED_INTERFERENCE``, a placement on a node where a program the job is ill-matched
+  with runs or is pinned goes back to the policy with the refused nodes taking nothing, and the
+  job waits, its reason naming the pair, when no node is left (``_kept_apart``).
 
 A pin writes ``CoSchedPinGPUs``, ``CoSchedPinGPUMemory`` and ``CoSchedPinGPUCompute`` before
 ``CoSchedPinSlot``; the schedd transform makes the claim request exactly those GPUs' shares.
@@ -24,7 +27,7 @@ A pin writes ``CoSchedPinGPUs``, ``CoSchedPinGPUMemory`` and ``CoSchedPinGPUComp
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import AbstractSet, Mapping, Sequence
+from typing import AbstractSet, Any, Mapping, Sequence
 
 import classad2
 import numpy as np
@@ -279,9 +282,13 @@ class GpuView:
             settings=settings)
         placements = policy.place(live.fleet, tasks, plan_context) if usable and tasks else [None] * len(tasks)
         pins, unplaced, reasons = [], [], {}
+        guard = context.interference
         for job, task, where in zip(ordered, tasks, placements):
+            kept_off = None
+            if where is not None and guard is not None:
+                where, kept_off = _kept_apart(guard, job, task, where, usable, policy, live.fleet, plan_context)
             if where is None:
-                why = f"waiting: {_unplaced_reason(job, task, self.gpu_slots, usable, live.fleet, self.mixed)}"
+                why = f"waiting: {kept_off or _unplaced_reason(job, task, self.gpu_slots, usable, live.fleet, self.mixed)}"
                 reasons[job.key] = why
                 unplaced.append(Unplaced(job.key, why))
                 continue
@@ -292,6 +299,30 @@ class GpuView:
                                 f"{cycle} ({job.gpu.compute}/1000 of each, {memory} MB)")  # type: ignore[union-attr]
         plan = Plan(policy.name, (), tuple(unplaced), {"gpu_pins": len(pins), "gpu_nodes": len(usable)})
         return ModePlan(tuple(pins), (plan,), reasons)
+
+
+def _kept_apart(guard: Any, job: Job, task: GpuTask, where: GpuPlacement, usable: Sequence[Slot], policy: GpuPolicy,
+                fleet: GpuFleet, plan_context: GpuPlanContext) -> tuple[GpuPlacement | None, str | None]:
+    """COSCHED_INTERFERENCE (``interference/guard.py``): ``where`` when the job may join its
+    node; else the policy's choice among the nodes the guard leaves it (the others take nothing
+    meanwhile), or None and why, naming the pair its first choice would have formed."""
+    why = guard.claim(job, usable[where.node].name)
+    if why is None:
+        return where, None
+    fleet.release(task, where)
+    blocked = [i for i, slot in enumerate(usable) if guard.refuses(job, slot.name) is not None]
+    saved = fleet.cpu_free_milli[blocked].copy()
+    fleet.cpu_free_milli[blocked] = -1
+    try:
+        again = policy.place(fleet, [task], plan_context)[0]
+    finally:
+        fleet.cpu_free_milli[blocked] = saved
+    if again is None:
+        return None, why
+    if guard.claim(job, usable[again.node].name) is not None:   # the policy ignored the block: not pinned
+        fleet.release(task, again)
+        return None, why
+    return again, None
 
 
 def _unplaced_reason(job: Job, task: GpuTask, gpu_slots: Sequence[Slot], usable: Sequence[Slot],

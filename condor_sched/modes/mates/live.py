@@ -28,6 +28,9 @@ Rules of the live mapping (ours; docs/sd-policy.md):
   elsewhere). A guest that left the queue may have run: its mate keeps the longer limit.
 * A job a node refused as a guest (the agent could not give it cores) is not pinned as a guest
   again: it waits for a static start, and its reason says so.
+* With ``COSCHED_INTERFERENCE``, a guest whose program the model finds ill-matched with one on
+  the mate's node is not pinned (``guard.CycleGuard.claim``): the mate keeps its limit and the
+  job waits for a whole node, its reason naming the pair.
 """
 from __future__ import annotations
 
@@ -303,17 +306,22 @@ class MatesView:
         pins: list[GuestPin] = []
         lengthen: list[MateChange] = []
         plans: list[Plan] = []
+        guard, by_key = self.context.interference, {job.key: job for job in jobs}
         for size, queue in sorted(queue_by_size.items()):
             cluster, mates = _cluster(live, size, queue, kept, now_s, settings)
             starts = policy.starts(cluster, settings)  # type: ignore[attr-defined]
-            started = set()
+            started, kept_apart = set(), {}
             for start in starts:
-                started.add(start.job)
                 if not start.malleable:
+                    started.add(start.job)
                     reasons[start.job] = f"waiting: {start.nodes[0]} has {size} free cores for it (HTCondor starts it)"
                     continue
                 mate = mates[start.mates[0]]
                 machine = start.nodes[0]
+                if guard is not None and (why := guard.claim(by_key[start.job], live.guest_slot[machine].name)):
+                    kept_apart[start.job] = why   # COSCHED_INTERFERENCE: not beside this mate
+                    continue
+                started.add(start.job)
                 increase = int(math.ceil(start.mate_increase_s))
                 pins.append(GuestPin(start.job, live.guest_slot[machine].name, mate.key, increase,
                                      start.predicted_end_s))
@@ -331,7 +339,7 @@ class MatesView:
                 why = f"no node of {size} cores has a guest slot"
             for job in queue:
                 if job.key not in started:
-                    reasons[job.key] = f"waiting: for a whole node; {why}"
+                    reasons[job.key] = f"waiting: for a whole node; {kept_apart.get(job.key, why)}"
             plans.append(Plan("sd-live", (), tuple(Unplaced(j.key, reasons[j.key]) for j in queue
                                                    if j.key not in started), {"guests": len(pins)}))
         return ModePlan(tuple(pins), tuple(plans), reasons, tuple(lengthen), tuple(restore))
