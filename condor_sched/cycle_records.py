@@ -27,7 +27,7 @@ __all__ = ["CycleConfig", "CycleDecision", "CycleMemory", "Enroll", "Hold", "Pin
 
 #: The built-in modes' planners in ``CycleConfig``, by the names its knobs and callers use.
 _PLANNER_FIELDS = {"devices": "device_policy", "spread": "spread_policy", "mates": "node_policy", "gpus": "gpu_policy",
-                   "spare": "spare_policy"}
+                   "spare": "spare_policy", "overcommit": "overcommit_policy"}
 #: Modes whose part ``plan --json`` shows under keys of their own (``gpu_*``, ``guest*``).
 _OWN_JSON_KEYS = ("mates", "gpus")
 
@@ -79,6 +79,8 @@ class CycleConfig:
     planners: Mapping[str, Any] = field(default_factory=dict)
     #: Spare-capacity jobs (paper 003; COSCHED_SPARE_POLICY); None: they wait.
     spare_policy: Policy | None = None
+    #: Jobs that may time-share a core (paper 004; COSCHED_OVERCOMMIT_POLICY); None: they wait.
+    overcommit_policy: Policy | None = None
     #: COSCHED_INTERFERENCE (paper 004, ``interference/guard.py``): pairs the model predicts
     #: ill-matched are kept off one node; None: off.
     interference: Any = None
@@ -89,6 +91,7 @@ class CycleConfig:
         node = None if settings.node_policy == "none" else get_policy(settings.node_policy)
         gpu = None if settings.gpu_policy == "none" else gpu_policy(settings.gpu_policy)
         spare = None if settings.spare_policy == "none" else get_policy(settings.spare_policy)
+        overcommit = None if settings.overcommit_policy == "none" else get_policy(settings.overcommit_policy)
         interference = None
         if settings.interference:
             from condor_sched.interference.dataset import DatasetError
@@ -103,7 +106,8 @@ class CycleConfig:
                 raise SettingsError(f"COSCHED_INTERFERENCE_DATASET = {settings.interference_dataset!r}: the "
                                     f"interference model cannot be fitted: {exc}") from None
         return cls(get_policy(settings.policy), spread, settings.plan, settings.unpin_age_cycles, profiles,
-                   node_policy=node, gpu_policy=gpu, spare_policy=spare, interference=interference)
+                   node_policy=node, gpu_policy=gpu, spare_policy=spare, overcommit_policy=overcommit,
+                   interference=interference)
 
     def planner_of(self, mode: SharingMode) -> Any:
         """The planner ``mode`` plans with this cycle (None: the mode is off)."""

@@ -51,6 +51,13 @@ PIN_GUEST_ATTR = "CoSchedPinGuest"
 #: confined by the node agent and vacated when the primaries need the room back. The user's
 #: attribute; the sidecar never writes it.
 SPARE_ATTR = "CoSchedSpare"
+#: A job's opt-in to overcommitting (paper 004, Section 3.3): ``+CoSchedOvercommit = true`` marks
+#: a job that may time-share a core with another job on a node that counts each core
+#: ``CoSchedMultiplicity`` times. The user's attribute; the sidecar never writes it.
+OVERCOMMIT_ATTR = "CoSchedOvercommit"
+#: An overcommitting node's slot ad: the jobs each core may hold (M, Section 3.3), its startd
+#: counting every core M times (``NUM_CPUS``; docs/admin.md).
+MULTIPLICITY_ATTR = "CoSchedMultiplicity"
 #: A running job's use as HTCondor measures it (cores on average, MB): ``plan`` reads them on a
 #: snapshot without spare-capacity estimates; the live sidecar never trusts them (user-editable).
 USAGE_ATTRS = ("CpusUsage", "MemoryUsage")
@@ -245,6 +252,8 @@ class Job:
     malleable: bool = False
     #: ``+CoSchedSpare = true``: the job runs in spare capacity (paper 003).
     spare: bool = False
+    #: ``+CoSchedOvercommit = true``: the job may time-share a core (paper 004).
+    overcommit: bool = False
     #: A GPU job's request (issue 13); None for other jobs.
     gpu: GpuRequest | None = None
     #: A GPU job's pinned GPUs (``CoSchedPinGPUs``), and a running one's GPUs.
@@ -273,8 +282,8 @@ class Job:
         """The one way condor_sched shares this job, whatever else its ad asks: device
         memory first (``devices``), then a GPU request (``gpus``), then a named program
         (``spread``), then ``+CoSchedMalleable`` (``mates``), then ``+CoSchedSpare``
-        (``spare``); None for other jobs. Each part of a cycle plans only its own, so no job
-        is pinned twice in one cycle."""
+        (``spare``), then ``+CoSchedOvercommit`` (``overcommit``); None for other jobs. Each
+        part of a cycle plans only its own, so no job is pinned twice in one cycle."""
         if self.uses_device:
             return "devices"
         if self.gpu is not None:
@@ -283,7 +292,9 @@ class Job:
             return "spread"
         if self.malleable:
             return "mates"
-        return "spare" if self.spare else None
+        if self.spare:
+            return "spare"
+        return "overcommit" if self.overcommit else None
 
     @property
     def is_idle(self) -> bool:
@@ -308,6 +319,9 @@ class SlotKind(str, enum.Enum):
     #: A node's overlapping twin of its primary slots (paper 003): it runs only pinned
     #: spare-capacity jobs, within what the node agent publishes as spare (``Slot.spare``).
     SPARE = "spare"
+    #: An overcommitting node's slot (paper 004): its startd counts each core ``multiplicity``
+    #: times; it runs the jobs pinned to it that opted in to overcommitting.
+    OVERCOMMIT = "overcommit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,6 +383,9 @@ class Slot:
     #: ``Cluster.Proc``, as the node agent read them as root (``CoSchedJobExe_<cluster>_<proc>``,
     #: paper 004).
     running_exes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    #: An OVERCOMMIT slot's M: the jobs each of its cores may hold (its total counts each core
+    #: M times); 1 for every other slot.
+    multiplicity: int = 1
 
     def with_free(self, free: Resources) -> Slot:
         return replace(self, free=free)

@@ -33,6 +33,8 @@ class SidecarSettings:
     gpu_policy: str = DEFAULT_GPU_POLICY
     #: Spare-capacity jobs only (+CoSchedSpare, paper 003); "none" leaves them waiting.
     spare_policy: str = "spare-spread"
+    #: Jobs that may time-share a core (+CoSchedOvercommit, paper 004); "none" leaves them waiting.
+    overcommit_policy: str = "overcommit"
     profile_dir: str = ""
     profile_runs_dir: str = ""
     unpin_age_cycles: int = 3
@@ -62,6 +64,7 @@ _KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
     "COSCHED_NODE_POLICY": ("node_policy", str),
     "COSCHED_GPU_POLICY": ("gpu_policy", str),
     "COSCHED_SPARE_POLICY": ("spare_policy", str),
+    "COSCHED_OVERCOMMIT_POLICY": ("overcommit_policy", str),
     "COSCHED_PROFILE_DIR": ("profile_dir", str),
     "COSCHED_PROFILE_RUNS_DIR": ("profile_runs_dir", str),
     "COSCHED_UNPIN_AGE_CYCLES": ("unpin_age_cycles", int),
@@ -133,6 +136,10 @@ def settings_from_knobs(knobs: Mapping[str, str]) -> SidecarSettings:
     if settings.spare_policy != "none" and settings.spare_policy not in spare:
         raise SettingsError(f"COSCHED_SPARE_POLICY = {settings.spare_policy!r} is not a spare-capacity policy; "
                             f"known: none, {', '.join(spare)}")
+    overcommit = policy_names(PolicyKind.OVERCOMMIT)
+    if settings.overcommit_policy != "none" and settings.overcommit_policy not in overcommit:
+        raise SettingsError(f"COSCHED_OVERCOMMIT_POLICY = {settings.overcommit_policy!r} is not an overcommit "
+                            f"policy; known: none, {', '.join(overcommit)}")
     if settings.cycle_source not in ("negotiator", "interval"):
         raise SettingsError(f"COSCHED_CYCLE_SOURCE = {settings.cycle_source!r}: use negotiator or interval")
     if settings.plan.thread_overcommit != 1.0:

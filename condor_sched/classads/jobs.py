@@ -36,6 +36,7 @@ from condor_sched.model import (
     HOLDS_A_SLOT,
     MALLEABLE_ATTR,
     SPARE_ATTR,
+    OVERCOMMIT_ATTR,
     USAGE_ATTRS,
     PIN_CLAUSE,
     GPU_PIN_CLAUSE,
@@ -252,6 +253,7 @@ def job_from_ad(ad: classad2.ClassAd, schedd: str) -> Job:
         hook_refusal=_hook_refusal(ad, status),
         malleable=_lenient(ad, MALLEABLE_ATTR, bool) is True,
         spare=_lenient(ad, SPARE_ATTR, bool) is True,
+        overcommit=_lenient(ad, OVERCOMMIT_ATTR, bool) is True,
         gpu=gpu,
         pinned_gpus=_pinned_gpus(ad) if gpu is not None else (),
         pinned_at_s=_lenient(ad, PIN_TIME_ATTR, int),
@@ -301,7 +303,7 @@ def _record_reads() -> tuple[str, ...]:
             "CoSchedProgram", "RequestCpus", "RequestMemory", "RequestLLCWays", "RequestMemBW", "Cmd", "Owner",
             PIN_SLOT_ATTR, PIN_CYCLE_ATTR, "CoSchedAlpha", "RemoteHost", "AllowedExecuteDuration",
             "JobCurrentStartDate", "AccountingGroup", "User", PIN_REASON_ATTR, MALLEABLE_ATTR, SPARE_ATTR,
-            *USAGE_ATTRS, PIN_MATE_ATTR,
+            OVERCOMMIT_ATTR, *USAGE_ATTRS, PIN_MATE_ATTR,
             PIN_GUEST_ATTR, PIN_MATE_INCREASE_ATTR, PIN_MATE_BASE_ATTR, *GPU_JOB_ATTRS)
 
 

@@ -23,8 +23,12 @@ from condor_sched.classads.plain import (
 )
 from condor_sched.device_kinds import GPU, DeviceKind, device_kinds
 from condor_sched.model import (
-    MAX_GPU_COMPUTE_OVERCOMMIT, Gpu, GpuClaim, Resources, Skipped, Slot, SlotKind, SpareCapacity,
+    MAX_GPU_COMPUTE_OVERCOMMIT, MULTIPLICITY_ATTR, Gpu, GpuClaim, Resources, Skipped, Slot, SlotKind, SpareCapacity,
 )
+
+#: The most jobs an overcommitting slot's core may hold (paper 004 runs M = 2 and leaves larger
+#: multiplicities to software preemption, Section 5).
+MAX_MULTIPLICITY = 4
 
 #: A device name as the execute node accepts it: the request rules live once, in
 #: ``cosched_node.rules`` (``jobs.request_problem``).
@@ -102,6 +106,13 @@ def _slot_record(ad: classad2.ClassAd) -> Slot | None:
         slot_kind = SlotKind.SPARE
     elif kind is None and _lenient(ad, "CoSchedNodeSlot", bool):
         slot_kind = SlotKind.NODE
+    multiplicity = 1
+    if slot_kind is SlotKind.SOCKET and MULTIPLICITY_ATTR in ad:
+        slot_kind = SlotKind.OVERCOMMIT
+        multiplicity = _number(ad, MULTIPLICITY_ATTR, required=True, minimum=2, maximum=MAX_MULTIPLICITY)
+        if total.cpus < multiplicity:
+            raise AdError("TotalSlotCpus", f"{total.cpus} CPUs: an overcommitting slot counts each of its cores "
+                                           f"{MULTIPLICITY_ATTR} = {multiplicity} times")
     return Slot(name=name, machine=machine, kind=slot_kind, total=total,
                 free=free, device_name=_device_name(ad, kind), cache_id=cache_id,
                 device_kind=kind.name if kind else None,
@@ -109,7 +120,7 @@ def _slot_record(ad: classad2.ClassAd) -> Slot | None:
                 children=_child_names(ad), unavailable=_unavailable(ad) or _no_guests(ad, slot_kind), gpus=gpus,
                 gpu_single_account=single_account,
                 spare=_spare_of(ad, total) if slot_kind is SlotKind.SPARE else None,
-                running_exes=_running_exes(ad),
+                running_exes=_running_exes(ad), multiplicity=multiplicity,
                 waiting_gpu_claims=_waiting_gpu_claims(ad, len(gpus)) if gpus else ())
 
 

@@ -32,6 +32,8 @@ from condor_sched.interference.model import DEFAULT_EV_THRESHOLD, DEFAULT_PROB_C
 from condor_sched.model import Job, JobKey, Plan, PoolState, RunningJob, Slot, Unplaced
 
 PLACEMENT = "separate"
+#: One core time-shared (the overcommit mode's jobs past one per core).
+SHARED = "shared"
 #: Idle jobs' executables remembered at most (the oldest observation goes first).
 MAX_EXES = 10000
 ExeKey = tuple[str, str, str]
@@ -39,23 +41,32 @@ ExeKey = tuple[str, str, str]
 
 @dataclass(frozen=True)
 class InterferenceSetting:
-    """``COSCHED_INTERFERENCE``: the fitted model of pairs on one node, and where it came from."""
+    """``COSCHED_INTERFERENCE``: the fitted models of pairs on one node (``model``, separate
+    vCPUs) and on one time-shared core (``shared``, for the overcommit mode), and their source."""
 
     model: InterferenceModel
     source: str
+    shared: InterferenceModel | None = None
 
     @classmethod
     def from_dataset(cls, path: Path | str, prob_cutoff: float = DEFAULT_PROB_CUTOFF) -> InterferenceSetting:
-        """Fit phase 1 and 2 on a measured dataset's ``separate`` pairs, software signals only."""
+        """Fit phase 1 and 2 on a measured dataset's pairs of each placement, software signals only."""
         from condor_sched.interference.dataset import load_dataset, pair_records, program_features
         from condor_sched.interference.model import ModelSettings, fit_model
 
         data = load_dataset(path)
         signals = program_features(data)
         profiles = {name: signals[name] for name in data.programs if name in signals}
-        records = [r for r in pair_records(data) if r.placement == PLACEMENT]
-        settings = ModelSettings(DEFAULT_EV_THRESHOLD[PLACEMENT], prob_cutoff, features="software")
-        return cls(fit_model(records, profiles, PLACEMENT, settings), str(path))
+        records = pair_records(data)
+        models = {}
+        for placement in (PLACEMENT, SHARED):
+            mine = [r for r in records if r.placement == placement]
+            if mine:
+                settings = ModelSettings(DEFAULT_EV_THRESHOLD[placement], prob_cutoff, features="software")
+                models[placement] = fit_model(mine, profiles, placement, settings)
+        if PLACEMENT not in models:
+            raise ValueError(f"{path}: no pairs measured on separate vCPUs")
+        return cls(models[PLACEMENT], str(path), models.get(SHARED))
 
 
 def program_name(key: tuple[str, str]) -> str:
@@ -94,7 +105,10 @@ class CycleGuard:
     def __init__(self, setting: InterferenceSetting, state: PoolState, running: Sequence[RunningJob],
                  known_exes: Mapping[ExeKey, str]) -> None:
         self.profiles = set(state.program_profiles)
-        self.model = setting.model.with_profiles({program_name(k): v for k, v in state.program_profiles.items()})
+        named = {program_name(k): v for k, v in state.program_profiles.items()}
+        self.model = setting.model.with_profiles(named)
+        #: The time-shared model (None: the dataset measured no time-shared pairs).
+        self.shared = setting.shared.with_profiles(named) if setting.shared is not None else None
         self.slots_of: dict[str, list[Slot]] = {}
         for slot in state.slots:
             self.slots_of.setdefault(slot.machine, []).append(slot)
@@ -103,7 +117,7 @@ class CycleGuard:
         self.machine_of = {slot.name: slot.machine for slot in state.slots}
         #: Per node, what runs or is pinned there: (who, program, its ClusterId).
         self.members: dict[str, list[tuple[str, str, int]]] = {}
-        self._verdicts: dict[tuple[str, str], Verdict] = {}
+        self._verdicts: dict[tuple[str, str, str], Verdict] = {}
         for node, slots in self.slots_of.items():
             running_there = {job: entry for slot in slots for job, entry in slot.running_exes.items()}
             for job, key in sorted(running_there.items()):
@@ -144,11 +158,16 @@ class CycleGuard:
         advertised it); asked before any pin is noted, so only running jobs count."""
         return self.refuses(job, job.pinned_slot or "")
 
-    def verdict(self, a: str, b: str) -> Verdict:
-        pair = (a, b) if a <= b else (b, a)
-        if pair not in self._verdicts:
-            self._verdicts[pair] = self.model.judge(*pair)
-        return self._verdicts[pair]
+    def verdict(self, a: str, b: str, placement: str = PLACEMENT) -> Verdict:
+        """The pair's verdict on separate vCPUs of a node, or time-sharing one (``SHARED``; the
+        separate model's when no time-shared pairs were measured). Probabilities in the order
+        asked."""
+        key = (placement, a, b) if a <= b else (placement, b, a)
+        if key not in self._verdicts:
+            model = self.shared if placement == SHARED and self.shared is not None else self.model
+            self._verdicts[key] = model.judge(*key[1:])
+        v = self._verdicts[key]
+        return v if a <= b else Verdict(v.ill_matched, v.reason, v.probability_ba, v.probability_ab)
 
     def refusal(self, name: str, node: str, cluster: int | None = None) -> str | None:
         """Why the program ``name`` may not join ``node`` (the first ill-matched pair), or None.

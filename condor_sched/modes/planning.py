@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 from condor_sched.model import Assignment, Job, JobKey, NodeMeasurements, Plan, Resources, RunningJob, Slot, Unplaced
 
@@ -32,6 +32,9 @@ class PolicyKind(str, enum.Enum):
     NODE = "node"
     #: Spare-capacity jobs on SPARE slots (paper 003: ``spare-spread``, ``spare-pack``).
     SPARE = "spare"
+    #: Jobs that may time-share a core, on OVERCOMMIT slots (paper 004: ``overcommit``,
+    #: ``naive-overcommit``).
+    OVERCOMMIT = "overcommit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,9 @@ class PlanRequest:
     exploration_scales: Mapping[str, int] = field(default_factory=dict)
     #: The time the state was observed (s); the node-sharing policies plan against it.
     now_s: float | None = None
+    #: The cycle's interference guard (``interference.guard.CycleGuard``; None: off), for the
+    #: planners that weigh pairs (paper 004's ``overcommit``).
+    interference: Any = None
 
     @classmethod
     def of(cls, jobs: Sequence[Job], slots: Sequence[Slot], **more) -> PlanRequest:

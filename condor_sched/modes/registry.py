@@ -13,6 +13,7 @@ from condor_sched.modes.gpus.mode import GPUS
 from condor_sched.model import Job
 from condor_sched.modes.interface import SharingMode
 from condor_sched.modes.mates.mode import MATES
+from condor_sched.modes.overcommit.mode import OVERCOMMIT
 from condor_sched.modes.planning import Policy, PolicyError, PolicyKind
 from condor_sched.modes.spare.mode import SPARE
 from condor_sched.modes.spread.mode import SPREAD
@@ -24,6 +25,7 @@ _MODES: list[SharingMode] = [
     MATES,
     GPUS,
     SPARE,
+    OVERCOMMIT,
 ]
 _BUILT_IN = [m.name for m in _MODES]
 

@@ -296,7 +296,7 @@ class SlotView:
         request = PlanRequest(
             idle=ordered, slots=slots, running=context.running, eligible=eligible,
             nodes=state.nodes, cycle=context.cycle, first_seen_cycle=context.first_seen, profiles=context.profiles,
-            exploration_scales=state.exploration_scales)
+            exploration_scales=state.exploration_scales, interference=guard)
         plan = mode.run(planner, request, self)
         if guard is not None:
             plan, taken_back = guard.admit(plan, ordered, mode.gang)

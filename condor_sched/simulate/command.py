@@ -204,6 +204,7 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
             if importlib.util.find_spec("matplotlib") is None:
                 raise PlotError("--plot needs matplotlib: pip install 'condor-sched[plot]'")
         settings = _plan_settings(thread_overcommit, age_limit_cycles, spread_age_limit_cycles)
+        _check_policy_kind(policy)
         spec = spec_for(workload, policy, cycle_s, settings, inventory, nodes or 8, offload_model)
         show_bar = sys.stdout.isatty() and not as_json
         total = (sequences or 1) * (jobs or default_jobs(workload)) if is_builtin(workload) else None
@@ -234,6 +235,18 @@ def simulate_command(workload: str, jobs: int | None, nodes: int | None, policy:
         if key in report:
             value = report[key]
             click.echo(f"  {key:26} {value:.3f}" if isinstance(value, float) else f"  {key:26} {value}")
+
+
+def _check_policy_kind(policy: str) -> None:
+    """Device and sns workloads run device and spread planners: a planner of spare-capacity or
+    overcommitted jobs has its own workload (hybrid-003, overcommit-004), or none."""
+    from condor_sched.modes.registry import get_policy
+
+    kind = getattr(get_policy(policy), "kind", PolicyKind.DEVICE)
+    if kind not in (PolicyKind.DEVICE, PolicyKind.SPREAD):
+        raise ValueError(f"--policy {policy} places {kind.value} jobs; device workloads take "
+                         f"{', '.join(policy_names(PolicyKind.DEVICE))} and sns-random takes "
+                         f"{', '.join(policy_names(PolicyKind.SPREAD))}")
 
 
 def _plan_settings(thread_overcommit: float, age_limit_cycles: int | None,

@@ -141,7 +141,8 @@ CPU_POLICIES = {"ce", "cs", "sns", "sns-global"}
 
 @pytest.mark.parametrize("policy", [p for p in policy_names() if p not in CPU_POLICIES
                                     and p not in policy_names(PolicyKind.NODE)      # test_sd_cli.py
-                                    and p not in policy_names(PolicyKind.SPARE)])   # test_hybrid003.py
+                                    and p not in policy_names(PolicyKind.SPARE)     # test_hybrid003.py
+                                    and p not in policy_names(PolicyKind.OVERCOMMIT)])  # refused below
 def test_same_seed_gives_byte_identical_json_for_every_device_policy(policy):
     args = ["--workload", "phi-normal", "--jobs", "30", "--nodes", "2", "--policy", policy,
             "--seed", "7", "--cycle-s", "5", "--json"]
@@ -293,3 +294,9 @@ def test_thread_overcommit_lets_offloads_oversubscribe_and_only_then():
     hard, doubled = run(), run("--thread-overcommit", "2")
     assert hard["thread_oversubscribed_s"] == 0 and doubled["thread_oversubscribed_s"] > 0
     assert hard["memory_oversubscriptions"] == doubled["memory_oversubscriptions"] == 0
+
+
+@pytest.mark.parametrize("policy", policy_names(PolicyKind.SPARE) + policy_names(PolicyKind.OVERCOMMIT))
+def test_a_planner_of_another_kind_of_job_is_refused_on_a_device_workload(policy):
+    run = CliRunner().invoke(simulate_command, ["--workload", "phi-normal", "--jobs", "5", "--policy", policy])
+    assert run.exit_code == 2 and f"--policy {policy} places" in run.output and "lp-pack" in run.output

@@ -216,3 +216,21 @@ def test_the_sidecar_can_evaluate_start_well_within_its_cost_bound():
     from condor_sched.expression_cost import MAX_EXPRESSION_COST, expression_cost_problem
 
     assert expression_cost_problem([("START", str(START))], limit=MAX_EXPRESSION_COST // 2, dynamic=True) is None
+
+
+OVERCOMMIT_SLOT = "slot1@node7@node7.cosched.test"
+
+
+def test_an_overcommitting_slot_takes_only_an_opted_in_cpu_job_pinned_to_it():
+    node = slot(OVERCOMMIT_SLOT, CoSchedMultiplicity=2, Cpus=4)
+    job = classad2.ClassAd({"RequestCpus": 1, "CoSchedOvercommit": True, "CoSchedPinSlot": OVERCOMMIT_SLOT})
+    assert starts(node, job)
+    assert starts(slot("slot1_2@node7@node7.cosched.test", CoSchedMultiplicity=2, PartitionableSlot=False), job)
+    assert not starts(node, classad2.ClassAd({"RequestCpus": 1}))                   # an ordinary job
+    assert not starts(node, classad2.ClassAd({"RequestCpus": 1, "CoSchedOvercommit": True}))   # not pinned
+    assert not starts(node, classad2.ClassAd({"RequestCpus": 1, "CoSchedOvercommit": True,
+                                              "CoSchedPinSlot": SOCKET_SLOT}))
+    assert not starts(node, device_job(CoSchedOvercommit=True, CoSchedPinSlot=OVERCOMMIT_SLOT))
+    assert not starts(node, spread_job(CoSchedOvercommit=True, CoSchedPinSlot=OVERCOMMIT_SLOT))
+    # an opted-in job is not pinned to other slots by this: a socket slot runs it as before
+    assert starts(slot(SOCKET_SLOT), classad2.ClassAd({"RequestCpus": 1, "CoSchedOvercommit": True}))
