@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from condor_sched.interference.model import DEFAULT_EV_THRESHOLD, DEFAULT_PROB_CUTOFF, InterferenceModel, Verdict
 from condor_sched.model import Job, JobKey, Plan, PoolState, RunningJob, Slot, Unplaced
@@ -51,10 +52,16 @@ class InterferenceSetting:
     @classmethod
     def from_dataset(cls, path: Path | str, prob_cutoff: float = DEFAULT_PROB_CUTOFF) -> InterferenceSetting:
         """Fit phase 1 and 2 on a measured dataset's pairs of each placement, software signals only."""
-        from condor_sched.interference.dataset import load_dataset, pair_records, program_features
+        from condor_sched.interference.dataset import load_dataset
+
+        return cls.from_data(load_dataset(path), str(path), prob_cutoff)
+
+    @classmethod
+    def from_data(cls, data: Any, source: str, prob_cutoff: float = DEFAULT_PROB_CUTOFF) -> InterferenceSetting:
+        """:meth:`from_dataset` on a dataset already loaded (``dataset.Dataset``)."""
+        from condor_sched.interference.dataset import pair_records, program_features
         from condor_sched.interference.model import ModelSettings, fit_model
 
-        data = load_dataset(path)
         signals = program_features(data)
         profiles = {name: signals[name] for name in data.programs if name in signals}
         records = pair_records(data)
@@ -65,8 +72,8 @@ class InterferenceSetting:
                 settings = ModelSettings(DEFAULT_EV_THRESHOLD[placement], prob_cutoff, features="software")
                 models[placement] = fit_model(mine, profiles, placement, settings)
         if PLACEMENT not in models:
-            raise ValueError(f"{path}: no pairs measured on separate vCPUs")
-        return cls(models[PLACEMENT], str(path), models.get(SHARED))
+            raise ValueError(f"{source}: no pairs measured on separate vCPUs")
+        return cls(models[PLACEMENT], source, models.get(SHARED))
 
 
 def program_name(key: tuple[str, str]) -> str:

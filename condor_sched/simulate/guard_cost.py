@@ -250,13 +250,21 @@ def guard_cost(jobs: Sequence[SimJob], inventory: Any, policy: Any, setting: Int
     return out
 
 
-def measured_inputs(dataset: str) -> tuple[Any, dict[str, dict[str, float]]]:
-    """The dataset's measured pair labels and each kernel's software signals alone."""
-    from condor_sched.interference.dataset import load_dataset, program_features
+def guard_inputs(dataset: str) -> tuple[InterferenceSetting, tuple[Any, dict[str, dict[str, float]]]]:
+    """The guard's setting fitted on ``dataset`` and what it measured (:func:`measured_inputs`),
+    the file read once."""
+    from condor_sched.interference.dataset import load_dataset
+
+    data = load_dataset(dataset)
+    return InterferenceSetting.from_data(data, dataset), measured_inputs(data)
+
+
+def measured_inputs(data: Any) -> tuple[Any, dict[str, dict[str, float]]]:
+    """A loaded dataset's measured pair labels and each kernel's software signals alone."""
+    from condor_sched.interference.dataset import program_features
     from condor_sched.interference.model import DEFAULT_EV_THRESHOLD
     from condor_sched.interference.pair_table import pair_table
 
-    data = load_dataset(dataset)
     signals = program_features(data)
     return pair_table(data, DEFAULT_EV_THRESHOLD), {k: v for k, v in signals.items() if k in data.programs}
 
@@ -273,8 +281,7 @@ def guard_cost_summary(workload: str, policy: str, nodes: int, seeds: Sequence[i
     if getattr(get_policy(policy), "kind", PolicyKind.DEVICE) is not kind:
         raise ValueError(f"--interference-guard on {workload} takes a {kind.value} policy "
                          f"({', '.join(policy_names(kind))}), not {policy!r}")
-    setting = InterferenceSetting.from_dataset(dataset)
-    measured = measured_inputs(dataset)
+    setting, measured = guard_inputs(dataset)
     spec = spec_for(workload, policy, cycle_s, settings, nodes=nodes)
     runs = []
     for seed in seeds:

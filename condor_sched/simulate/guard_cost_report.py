@@ -8,7 +8,7 @@ from typing import Any
 
 from condor_sched.interference.report import default_dataset
 from condor_sched.settings import SidecarSettings
-from condor_sched.simulate.guard_cost import GUARD_CYCLE_S, guard_cost_summary, measured_inputs
+from condor_sched.simulate.guard_cost import GUARD_CYCLE_S, guard_cost_summary, guard_inputs
 from condor_sched.simulate.study import sequence_seeds
 
 NODES = 8
@@ -41,10 +41,10 @@ def run(task: tuple[str, str, bool]) -> tuple[str, dict[str, Any]]:
 def model_refusals() -> tuple[int, int, int, float]:
     """Of the measured kernel pairs on separate vCPUs: how many the shipped guard refuses, how
     many are measured ill-matched, how many there are, and the median speed beside another."""
-    from condor_sched.interference.guard import PLACEMENT, InterferenceSetting
+    from condor_sched.interference.guard import PLACEMENT
 
-    table, signals = measured_inputs(str(default_dataset()))
-    model = InterferenceSetting.from_dataset(default_dataset()).model.with_profiles(signals)
+    setting, (table, signals) = guard_inputs(str(default_dataset()))
+    model = setting.model.with_profiles(signals)
     pairs = [(a, b) for (placement, a, b) in table.labels if placement == PLACEMENT]
     refused = sum(model.judge(a, b).ill_matched for a, b in pairs)
     speeds = [v for (placement, _, _), v in table.speeds.items() if placement == PLACEMENT]
@@ -60,7 +60,7 @@ def section(results: dict[str, dict[str, Any]]) -> list[str]:
     seeds = len(first["seeds"])
     L = ["### What keeping pairs apart costs the device and spread modes (`simulate --interference-guard`)\n",
          f"The sidecar's default policy for each workload on {NODES} nodes, negotiation every "
-         f"{GUARD_CYCLE_S:g} s, {seeds} seeds (`--sequences {seeds} --seed 0`), each run with "
+         f"{GUARD_CYCLE_S:g} s, {seeds} seed{'s' if seeds != 1 else ''} (`--sequences {seeds} --seed 0`), each run with "
          "`COSCHED_INTERFERENCE` off and on. Each simulated program runs one of the dataset's kernels, drawn "
          "per seed; the guard runs as on the live pool (programs learned from running jobs, profiles from "
          "runs alone). *Measured labels* is the same guard judging by the measured pairs instead of the "

@@ -10,9 +10,8 @@ from condor_sched.modes.registry import get_policy
 from condor_sched.simulate.engine import phi_inventory
 from condor_sched.simulate.guard_cost import (
     GuardedSimulation, InterferingModel, MeasuredVerdicts, SubmittedJob, guard_cost, ill_matched_share,
-    kernels_for, measured_inputs, measured_setting,
+    guard_inputs, kernels_for, measured_setting,
 )
-from condor_sched.interference.guard import InterferenceSetting
 
 #: P runs a kernel the shipped model judges ill-matched with Q's and with itself.
 KERNELS = {"P": "copy", "Q": "fma"}
@@ -20,8 +19,7 @@ KERNELS = {"P": "copy", "Q": "fma"}
 
 @pytest.fixture(scope="module")
 def inputs():
-    dataset = str(default_dataset())
-    return InterferenceSetting.from_dataset(dataset), measured_inputs(dataset)
+    return guard_inputs(str(default_dataset()))
 
 
 def scenario():

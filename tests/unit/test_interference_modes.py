@@ -46,21 +46,23 @@ def test_a_gpu_share_goes_where_no_ill_matched_program_runs_or_waits_and_says_wh
     assert program_name(("alice", A)) in why
 
 
-def test_a_malleable_job_is_not_the_guest_of_a_mate_it_is_ill_matched_with(setting, programs):
+def mate_and_guest(cmd):
+    """Mate 7.0 running program A on node1 (its agent says so), and a waiting guest running ``cmd``."""
     mate = running_mate(0, requested=3600, ClusterId=7, GlobalJobId=f"{SCHEDD}#7.0#1")
-    guest = job_ad(0, requested=2000, Cmd="/bin/b")
-    slots = [runs_a(ad) for ad in node_slot_ads("node1", busy_cpus=CORES)]
-    off = decide([mate, guest], slots, None, programs, {})
+    return [mate, job_ad(0, requested=2000, Cmd=cmd)], [runs_a(ad) for ad in node_slot_ads("node1", busy_cpus=CORES)]
+
+
+def test_a_malleable_job_is_not_the_guest_of_a_mate_it_is_ill_matched_with(setting, programs):
+    jobs, slots = mate_and_guest("/bin/b")
+    off = decide(jobs, slots, None, programs, {})
     assert [p.slot for p in off.node_sharing.pins] == ["slot2@node1.test"]
-    on = decide([mate, guest], slots, setting, programs, {})
+    on = decide(jobs, slots, setting, programs, {})
     assert on.node_sharing.pins == () and on.node_sharing.lengthen == ()   # the mate keeps its limit
     why = [r for k, r in on.reasons.items() if k.cluster == 1][0]
     assert why.startswith("waiting: for a whole node; the interference model keeps it off node1.test, where job 7.0")
 
 
 def test_a_guest_whose_program_was_never_seen_running_is_placed_as_before(setting, programs):
-    mate = running_mate(0, requested=3600, ClusterId=7, GlobalJobId=f"{SCHEDD}#7.0#1")
-    guest = job_ad(0, requested=2000, Cmd="/bin/never-seen-running")
-    slots = [runs_a(ad) for ad in node_slot_ads("node1", busy_cpus=CORES)]
-    on = decide([mate, guest], slots, setting, programs, {})
+    jobs, slots = mate_and_guest("/bin/never-seen-running")
+    on = decide(jobs, slots, setting, programs, {})
     assert [p.slot for p in on.node_sharing.pins] == ["slot2@node1.test"]
