@@ -98,29 +98,42 @@ def _score(x: float | None) -> str:
 @click.option("--features", type=click.Choice(["software", "probes", "all"]), default="all", show_default=True,
               help="Software signals only, Bubble-Up probes only, or both.")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the folds and of k-means.")
+@click.option("--against", "against_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Another measurement of the same suite (the same node type again, or another): score this "
+                   "one's labels and the model fitted on it against that one's, and cross-validate on both pooled.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def evaluate_command(dataset: Path | None, folds: int, ev_thresholds: tuple[str, ...], prob_cutoff: float, features: str,
-                     seed: int, as_json: bool) -> None:
+                     seed: int, against_path: Path | None, as_json: bool) -> None:
     """Cross-validate the interference model on a measured dataset (default: the one measured
     on our nodes, shipped with the package), beside its baselines."""
     from condor_sched.interference.dataset import DatasetError, load_dataset
     from condor_sched.interference.evaluate import evaluate_dataset
     from condor_sched.interference.report import default_dataset
+    from condor_sched.interference.compare import compare_measurements
 
     thresholds = _thresholds(ev_thresholds)
     try:
         data = load_dataset(dataset or default_dataset())
+        second = load_dataset(against_path) if against_path else None
     except DatasetError as e:
         raise click.ClickException(str(e)) from None
     try:
         result = evaluate_dataset(data, thresholds, prob_cutoff, folds, features=features, seed=seed)
     except ValueError as e:   # e.g. more folds than the dataset has pairs of a class
         raise click.ClickException(f"{data.path}: cannot cross-validate with {folds} folds: {e}") from None
+    if second is not None:
+        try:
+            result["against"] = compare_measurements(data, second, thresholds, prob_cutoff, folds, features, seed)
+            result["against_dataset"], result["against_host"] = second.path, second.header.get("host")
+        except ValueError as e:   # another suite, or too few pairs of a class for the folds
+            raise click.ClickException(f"--against: {e}") from None
     if as_json:
         click.echo(json.dumps(result, indent=1, sort_keys=True))
         return
     click.echo(f"{data.path}: {result['programs']} programs, {folds}-fold cross-validation, cut-off {prob_cutoff:g}, "
                f"features: {features}")
+    if second is not None:
+        click.echo(f"measured on: {_host(data.header)}; against: {_host(second.header)}")
     for placement in result["placements"]:
         r = result["by_placement"][placement]
         b = r["baselines"]
@@ -140,3 +153,23 @@ def evaluate_command(dataset: Path | None, folds: int, ev_thresholds: tuple[str,
         if r["dangerous"]:
             click.echo(f"  dangerous: {', '.join(r['dangerous'])}")
         click.echo("  strongest features: " + ", ".join(f"{n} {w:+.2f}" for n, w in r["top_features"][:5]))
+        if placement in result.get("against", {}):
+            _echo_against(result["against"][placement], result["against_dataset"])
+
+
+def _host(header: dict) -> str:
+    host = header.get("host") or {}
+    return f"{host.get('cpu_model', '?')}, {host.get('cpus', '?')} CPUs, {header.get('created', '?')}"
+
+
+def _echo_against(r: dict, second: str) -> None:
+    """The lines of ``--against`` for one placement."""
+    labels, model, reverse, pooled = r["labels"], r["model"], r["model_reverse"], r["pooled"]
+    click.echo(f"  against {second} ({r['records']} records, Ev correlation {_score(r['ev_correlation'])}): "
+               f"its labels score {_score(labels['accuracy'])} ({_percent(labels['false_negative_rate'])} false "
+               "negatives) against the second's")
+    click.echo(f"    model fitted here, unseen pairs scored on the second: {_score(model['accuracy'])} "
+               f"({_percent(model['false_negative_rate'])}); the other way {_score(reverse['accuracy'])} "
+               f"({_percent(reverse['false_negative_rate'])})")
+    click.echo(f"    both pooled ({pooled['repeats']} runs per record): {_score(pooled['accuracy'])} "
+               f"({_percent(pooled['false_negative_rate'])} false negatives)")

@@ -53,7 +53,8 @@ def bubble_up_terms(data: Dataset, probes: Mapping[str, Mapping[str, float]]) ->
     return out
 
 
-def _predict(model: InterferenceModel, records: Sequence[PairRecord]) -> list[int]:
+def predicted_labels(model: InterferenceModel, records: Sequence[PairRecord]) -> list[int]:
+    """The model's label of each record: its probability past the cut-off."""
     cutoff = model.settings.prob_cutoff
     return [int(model.probability(r.victim, r.opponent) > cutoff) for r in records]
 
@@ -103,7 +104,7 @@ def cross_validate(records: Sequence[PairRecord], profiles: Mapping[str, Mapping
         train_records = [records[i] for i in train]
         test_records = [records[i] for i in test]
         model = fit_model(train_records, profiles, placement, settings, bubble_up)
-        fold_predicted = _predict(model, test_records)
+        fold_predicted = predicted_labels(model, test_records)
         for i, p in zip(test, fold_predicted):
             predicted[i] = p
             tested[i] = True
@@ -167,7 +168,8 @@ def evaluate_dataset(data: Dataset, thresholds: Mapping[str, float], prob_cutoff
                      features: str = "all", seed: int = 0) -> dict:
     """Everything ``interference evaluate`` reports, per placement."""
     records, signals, all_probes = pair_records(data), program_features(data), bubble_probes(data)
-    out: dict = {"dataset": data.path, "placements": list(data.placements), "programs": len(data.programs),
+    out: dict = {"dataset": data.path, "host": data.header.get("host"), "created": data.header.get("created"),
+                 "placements": list(data.placements), "programs": len(data.programs),
                  "folds": folds, "prob_cutoff": prob_cutoff, "features": features,
                  "alone_cv": {name: round(cv, 4) for name, cv in alone_cv(data).items()}}
     per: dict[str, dict] = {}
@@ -199,16 +201,16 @@ def evaluate_dataset(data: Dataset, thresholds: Mapping[str, float], prob_cutoff
     for key in ("pairs", "repeats", "noise_cv", "accuracy", "false_negative_rate", "positive_share"):
         out[key] = {placement: per[placement][key] for placement in data.placements}
     out["by_placement"] = per
-    return _finite(out)
+    return finite_report(out)
 
 
-def _finite(value):
+def finite_report(value):
     """The report with every NaN (a measure a tiny dataset leaves undefined) as null, so the
     JSON is JSON."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite_report(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_finite(v) for v in value]
+        return [finite_report(v) for v in value]
     return value

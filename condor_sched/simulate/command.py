@@ -49,7 +49,8 @@ _KEYS = ("makespan_s", "mean_wait_s", "mean_turnaround_s", "mean_slowdown", "thr
                    "sns-global), hybrid-003 (paper 003: HPC and data-intensive jobs on 4, 8 or 16 nodes of "
                    "32 cores; policies vanilla, collocated, hybrid, koordinator, autopilot), overcommit-004 "
                    "(paper 004: batch and interactive jobs on nodes of 2 vCPUs, the measured pair slowdowns; "
-                   "policies exclusive, naive, overcommit), or a .swf/.yaml path.")
+                   "policies exclusive, naive, overcommit, and overcommit-measured: the model replaced by the measured "
+                   "labels, a yardstick), or a .swf/.yaml path.")
 @click.option("--jobs", type=bounded_int(1, MAX_WORKLOAD_JOBS), default=None,
               help="Jobs to generate (built-in workloads, default 1000; sns-random 20) or to read (files, default all).")
 @click.option("--nodes", type=bounded_int(1, MAX_NODES), default=None,
@@ -359,14 +360,13 @@ def _echo_report(report: dict, keys: tuple[str, ...], as_json: bool, title: str)
 
 def _simulate_overcommit004(nodes: int | None, policy: str | None, seed: int, refused: list[str], as_json: bool) -> None:
     """``simulate --workload overcommit-004``: paper 004's overcommitting (simulate/overcommit004.py)."""
-    from condor_sched.modes.overcommit.placement import POLICIES
-    from condor_sched.simulate.overcommit004 import simulate_overcommit004
+    from condor_sched.simulate.overcommit004 import SIMULATED_POLICIES, simulate_overcommit004
 
     nodes = 8 if nodes is None else nodes
     policy = policy or "overcommit"
     if nodes > MAX_MIX_NODES:
         raise BadInput(f"--workload {OVERCOMMIT004} runs on at most {MAX_MIX_NODES} nodes, not {nodes}")
-    _check_fixed_workload(OVERCOMMIT004, refused, policy, POLICIES)
+    _check_fixed_workload(OVERCOMMIT004, refused, policy, SIMULATED_POLICIES)
     report = simulate_overcommit004(nodes, policy, seed)
     _echo_report(report, OVERCOMMIT004_KEYS, as_json, f"{OVERCOMMIT004}: {nodes} nodes x 2 vCPUs, policy {policy}, seed {seed}")
 

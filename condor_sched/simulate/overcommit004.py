@@ -15,7 +15,10 @@ placed does not block later ones) by :func:`condor_sched.modes.overcommit.placem
 ``exclusive`` (one job per vCPU), ``naive`` (up to M = 2 per vCPU, blind) or ``overcommit``
 (up to M = 2, the model's verdicts). The ``overcommit`` policy consults, for each pair, the
 verdict of a model fitted without that pair (``pair_table.out_of_fold_verdicts``, 3 folds):
-the measured labels it is scored on were never its training data.
+the measured labels it is scored on were never its training data. ``overcommit-measured`` is a
+yardstick, not a policy a pool could run: ``overcommit`` judging by the measured labels
+themselves (a perfect model), so what is left of its ill-matched time and makespan is the
+placement's and the node's, not the model's.
 
 Speeds: a job alone on its node runs at 1 (its dedicated speed). Beside exactly one other job
 it runs at the measured speed of that pair in that placement (``pair_table``: work per wall
@@ -59,6 +62,9 @@ KEYS = ("makespan_s", "ill_matched_pair_share", "ill_matched_shared_share", "ill
         "shared_pair_s", "separate_pair_s", "composed_share", "mean_batch_wait_s", "mean_interactive_wait_s",
         "mean_interactive_stretch", "model_refusals")
 SAFE = Verdict(False, "", 0.0, 0.0)
+#: ``overcommit`` judging by the measured labels (module docstring); simulator only.
+MEASURED = "overcommit-measured"
+SIMULATED_POLICIES = (*POLICIES, MEASURED)
 
 
 @dataclass(frozen=True)
@@ -252,10 +258,18 @@ def measured_inputs(dataset: str) -> tuple[PairTable, dict[PairKey, Verdict], tu
     return table, verdicts, data.programs
 
 
+def measured_verdicts(table: PairTable) -> dict[PairKey, Verdict]:
+    """Each measured pair's own label as a verdict: a model that is never wrong."""
+    return {key: Verdict(ill, f"measured ill-matched ({key[0]})" if ill else "", float(ill), float(ill))
+            for key, ill in table.labels.items()}
+
+
 def simulate_overcommit004(nodes: int, policy: str, seed: int, dataset: str | None = None) -> dict[str, float]:
     """``simulate --workload overcommit-004``: one policy's figures on the seeded mix."""
     from condor_sched.interference.report import default_dataset
 
     table, verdicts, programs = measured_inputs(str(dataset or default_dataset()))
     jobs = overcommit_mix(programs, table.interactive, nodes, seed)
+    if policy == MEASURED:
+        policy, verdicts = "overcommit", measured_verdicts(table)
     return OvercommitSimulation(jobs, nodes, policy, table, verdicts).run()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import statistics
 
 from condor_sched.interference.report import default_dataset
-from condor_sched.modes.overcommit.placement import POLICIES
-from condor_sched.simulate.overcommit004 import WORKLOAD, measured_inputs, simulate_overcommit004
+from condor_sched.simulate.overcommit004 import (
+    MEASURED, SIMULATED_POLICIES, WORKLOAD, measured_inputs, simulate_overcommit004,
+)
 
 SEEDS = tuple(range(5))
 NODES = 8
@@ -19,7 +20,7 @@ COLUMNS = (("makespan_s", "makespan (h)", lambda x: f"{x / 3600:.2f}"),
 
 
 def runs(seeds: tuple[int, ...] = SEEDS) -> dict[str, list[dict[str, float]]]:
-    return {policy: [simulate_overcommit004(NODES, policy, seed) for seed in seeds] for policy in POLICIES}
+    return {policy: [simulate_overcommit004(NODES, policy, seed) for seed in seeds] for policy in SIMULATED_POLICIES}
 
 
 def time_sharing_facts() -> dict[str, float]:
@@ -50,12 +51,23 @@ def section(results: dict[str, list[dict[str, float]]], facts: dict[str, float])
     for policy, rows in results.items():
         L.append(f"| {policy} | " + " | ".join(fmt(statistics.fmean(r[key] for r in rows)) for key, _, fmt in COLUMNS)
                  + " |")
-    exclusive = statistics.fmean(r["makespan_s"] for r in results["exclusive"])
-    over = statistics.fmean(r["makespan_s"] for r in results["overcommit"])
+    mean = {policy: {key: statistics.fmean(r[key] for r in rows) for key in rows[0]} for policy, rows in results.items()}
+    exclusive = mean["exclusive"]["makespan_s"]
     L.append("")
     L.append(f"- Goals: `overcommit` at most 2% ill-matched pair time (it spends "
-             f"{100 * statistics.fmean(r['ill_matched_pair_share'] for r in results['overcommit']):.1f}%) and a "
-             f"shorter makespan than `exclusive` (it takes {100 * (over / exclusive - 1):+.1f}%): **not met**.")
+             f"{100 * mean['overcommit']['ill_matched_pair_share']:.1f}%) and a shorter makespan than `exclusive` "
+             f"(it takes {100 * (mean['overcommit']['makespan_s'] / exclusive - 1):+.1f}%): **not met**.")
+    if MEASURED in mean:
+        m = mean[MEASURED]
+        loss = m["makespan_s"] / exclusive - 1
+        L.append(f"- `{MEASURED}` is a yardstick: the same placement judging by the measured labels, a model that "
+                 f"is never wrong. It spends {100 * m['ill_matched_pair_share']:.1f}% of pair time ill-matched "
+                 f"and takes {100 * loss:+.1f}% of `exclusive`'s makespan"
+                 + (": even a perfect model misses the makespan goal here, so what stands between `overcommit` and "
+                    "it is the node, not the model: what the yardstick keeps apart waits for a vCPU, and what it "
+                    "lets share one vCPU runs no faster than one job after the other (below)." if loss >= 0 else
+                    ": a perfect model would meet the makespan goal, so the rest of `overcommit`'s loss is the "
+                    "model's."))
     L.append(f"- Why, from the measurements: two programs time-sharing one vCPU of this VM (no SMT) run at a summed "
              f"speed of {facts['batch_throughput']:.2f} (median of batch pairs, mean "
              f"{facts['batch_throughput_mean']:.2f}; 1 is running them one after the other) and {facts['interactive_throughput']:.2f} with the interactive program, whose thinking "

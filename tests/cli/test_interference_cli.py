@@ -104,13 +104,42 @@ def test_bad_input_is_named(tmp_path):
     assert not (tmp_path / "no").exists()
 
 
+def test_a_measurement_against_itself_reproduces_its_labels_and_its_cross_validation(smoke_dataset):
+    dataset = str(default_dataset())
+    result = cli("evaluate", dataset, "--against", dataset, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert set(report["against"]) == set(report["placements"]) and report["against_host"] == report["host"]
+    for placement, again in report["against"].items():
+        assert again["labels"]["accuracy"] == 1.0 and again["ev_correlation"] == pytest.approx(1.0)
+        # the same folds over the same labels: the model scores what cross-validation scored
+        assert again["model"]["accuracy"] == pytest.approx(report["accuracy"][placement])
+        assert again["pooled"]["repeats"] == 2 * report["repeats"][placement]
+    text = cli("evaluate", dataset, "--against", dataset).output
+    assert text.count(f"against {dataset}") == len(report["placements"]) and "measured on: " in text
+    other = cli("evaluate", dataset, "--against", str(smoke_dataset))
+    assert other.exit_code == 1 and "--against: " in other.output and "measure different suites" in other.output
+
+
+def test_the_committed_measurements_of_two_node_types_compare():
+    from condor_sched.interference.compare_report import MEASUREMENTS, dataset_path
+
+    xeon, epyc = dataset_path("Xeon"), dataset_path("EPYC")
+    assert {"EPYC", "Xeon"} <= set(MEASUREMENTS)
+    report = json.loads(cli("evaluate", str(epyc), "--against", str(xeon), "--json").output)
+    assert "Xeon" in report["against_host"]["cpu_model"] and "EPYC" in report["host"]["cpu_model"]
+    for placement in report["placements"]:
+        assert report["against"][placement]["records"] == 2 * report["pairs"][placement] - len(
+            load_dataset(epyc).programs)   # every directed record, a program beside itself once
+
+
 def test_simulate_overcommit_004_prints_the_issue_keys_and_refuses_what_it_does_not_take():
     run = CliRunner().invoke(main, ["simulate", "--workload", "overcommit-004", "--nodes", "2", "--policy", "naive",
                                     "--seed", "1", "--json"], catch_exceptions=False)
     assert run.exit_code == 0, run.output
     report = json.loads(run.output)
     assert report["makespan_s"] > 0 and 0 <= report["ill_matched_pair_share"] <= 1
-    for args, words in ((["--policy", "greedy"], "takes --policy exclusive|naive|overcommit"),
+    for args, words in ((["--policy", "greedy"], "takes --policy exclusive|naive|overcommit|overcommit-measured"),
                         (["--jobs", "5"], "--jobs: not for --workload overcommit-004"),
                         (["--nodes", "65"], "at most 64 nodes")):
         bad = CliRunner().invoke(main, ["simulate", "--workload", "overcommit-004", *args])

@@ -30,7 +30,9 @@ DOCS = resources.source_checkout() / "docs"
 ENABLING_ENDS_AT = "Knobs"
 #: sh blocks of the enabling part this host does not run, and why.
 NOT_RUN = {"Describe the node and its slots (every execute node)":
-           "this host runs several startds: the block of 'Several startds on one host' instead"}
+           "this host runs several startds: the block of 'Several startds on one host' instead",
+           "Interference-aware placement (paper 004), any node":
+           "measuring the suite takes half an hour on an idle node (tests/cli runs its smoke suite)"}
 #: The upgrade's block for a one-startd node (the host runs the one for several startds).
 ONE_STARTD_UPGRADE = "cosched_describe_node.py --check --overrides"
 JOBS = Path("/home") / USER / "jobs"

@@ -149,6 +149,14 @@ def test_every_measured_pair_gets_a_verdict_from_a_model_that_did_not_see_it():
     assert 0 < sum(v.ill_matched for v in verdicts.values()) < len(verdicts)
 
 
+def test_the_measured_label_yardstick_never_forms_a_pair_measured_ill_matched():
+    from condor_sched.simulate.overcommit004 import MEASURED
+
+    result = simulate_overcommit004(2, MEASURED, seed=0)
+    assert result["ill_matched_pair_share"] == 0.0 and result["shared_pair_s"] > 0.0
+    assert result["model_refusals"] > 0
+
+
 def test_the_committed_dataset_drives_all_three_policies():
     results = {policy: simulate_overcommit004(2, policy, seed=0) for policy in ("exclusive", "naive", "overcommit")}
     assert results["exclusive"]["shared_pair_s"] == 0.0
