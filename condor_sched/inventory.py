@@ -11,6 +11,9 @@ Schema (units in the key names)::
             mem_bw_gbs: 59.0     # peak memory bandwidth of this socket, GB/s
         spare_capacity: false    # optional: a last SPARE slot of the socket slots' cores and
                                  # memory again, for +CoSchedSpare jobs (paper 003)
+        multiplicity: 1          # optional, 1 to 4: an overcommitting node (paper 004) whose
+                                 # socket slots count each core M times, for +CoSchedOvercommit
+                                 # jobs; no devices, node_sharing or spare_capacity beside it
         devices:                 # 0 or more coprocessors
           - name: mic0           # [a-z][a-z0-9]*, unique within the node
             memory_mb: 8192      # device memory
@@ -56,6 +59,7 @@ from condor_sched import resources
 from condor_sched.device_kinds import DEFAULT_KIND, DEVICE_LAYOUT, GPU, DeviceKindError, device_kind
 from condor_sched.model import MAX_GPU_COMPUTE_OVERCOMMIT, WHOLE_GPU, Gpu, Resources, Slot, SlotKind
 from condor_sched.yamlio import check_keys, checked_number, load_yaml, shown
+from cosched_node.config import MAX_MULTIPLICITY
 
 NODE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 DEVICE_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
@@ -63,8 +67,8 @@ DEVICE_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
 MAX_NODES = 10_000
 MAX_SOCKETS = 16
 MAX_DEVICES = 64
-NODE_KEYS = ("name", "cores", "memory_mb", "sockets", "devices", "node_sharing", "spare_capacity", "gpus",
-             "gpu_compute_overcommit", "mps_single_account")
+NODE_KEYS = ("name", "cores", "memory_mb", "sockets", "devices", "node_sharing", "spare_capacity", "multiplicity",
+             "gpus", "gpu_compute_overcommit", "mps_single_account")
 #: The keys only a GPU node has.
 GPU_NODE_KEYS = ("gpu_compute_overcommit", "mps_single_account")
 GPU_KEYS = ("name", "uuid", "model", "memory_mb", "capability")
@@ -130,6 +134,8 @@ class Node:
     #: Paper 003: a last SPARE slot of the socket (or node) slots' cores and memory again, for
     #: spare-capacity jobs (``+CoSchedSpare``) in what the primaries leave idle.
     spare_capacity: bool = False
+    #: Paper 004's overcommitting node: its socket slots count each core this many times (M).
+    multiplicity: int = 1
     #: A GPU node (issue 13): one partitionable slot of all cores and memory and every GPU's
     #: memory and compute; such a node has no sockets, devices or node_sharing.
     gpus: tuple[GpuSpec, ...] = ()
@@ -229,7 +235,13 @@ def _parse_node(where: str, raw: Any) -> Node:
         devices=tuple(devices),
         node_sharing=_flag(where, raw, "node_sharing"),
         spare_capacity=_flag(where, raw, "spare_capacity"),
+        multiplicity=_number(where, raw, "multiplicity", int, 1, default=1),
     )
+    if node.multiplicity > MAX_MULTIPLICITY:
+        raise InventoryError(f"{where}: 'multiplicity' must be 1 to {MAX_MULTIPLICITY}, got {node.multiplicity}")
+    if node.multiplicity > 1 and (node.devices or node.node_sharing or node.spare_capacity):
+        raise InventoryError(f"{where}: an overcommitting node ('multiplicity' above 1) has socket slots only: "
+                             "no devices, node_sharing or spare_capacity")
     for i, (cores, memory) in enumerate(node.socket_shares()):
         if cores < 1 or memory < 1:
             raise InventoryError(f"{where}: devices' host_cores/host_memory_mb leave socket {i} no cores or memory")
@@ -238,7 +250,7 @@ def _parse_node(where: str, raw: Any) -> Node:
 
 def _parse_gpu_node(where: str, name: str, raw: dict[str, Any]) -> Node:
     """A GPU node: cores, memory and 1 to MAX_GPUS_PER_NODE GPUs, nothing else."""
-    mixed = [k for k in ("sockets", "devices", "node_sharing", "spare_capacity") if k in raw]
+    mixed = [k for k in ("sockets", "devices", "node_sharing", "spare_capacity", "multiplicity") if k in raw]
     if mixed:
         raise InventoryError(f"{where}: a GPU node (with 'gpus') has no {', '.join(repr(k) for k in mixed)}: "
                              "its one slot holds all its cores, memory and GPUs")
@@ -356,10 +368,12 @@ def node_slots(node: Node, domain: str) -> list[Slot]:
         res = Resources(cpus=cores, memory_mb=memory)
         for kind in (SlotKind.NODE, SlotKind.GUEST):
             slots.append(Slot(slot_name(len(slots) + 1, node.name, domain), f"{node.name}.{domain}", kind, res, res))
+    m = node.multiplicity
     for socket, (cores, memory) in zip(() if node.node_sharing else node.sockets, node.socket_shares()):
-        res = Resources(cpus=cores, memory_mb=memory, llc_ways=socket.llc_ways, mem_bw_gbs=socket.mem_bw_gbs)
+        res = Resources(cpus=m * cores, memory_mb=memory, llc_ways=socket.llc_ways, mem_bw_gbs=socket.mem_bw_gbs)
         slots.append(Slot(slot_name(len(slots) + 1, node.name, domain), f"{node.name}.{domain}",
-                          SlotKind.SOCKET, res, res, cache_id=socket.cache_id))
+                          SlotKind.OVERCOMMIT if m > 1 else SlotKind.SOCKET, res, res, cache_id=socket.cache_id,
+                          multiplicity=m))
     for device in node.devices:
         res = Resources(cpus=device.host_cores, memory_mb=device.host_memory_mb,
                         device_memory_mb=device.memory_mb, device_threads=device.hardware_threads)
@@ -417,4 +431,7 @@ def node_config(node: Node, domain: str) -> dict[str, Any]:
     if node.spare_capacity:
         cores, memory = spare_share(node)
         slots.append({"slot_id": len(slots) + 1, "kind": "spare", "cores": cores, "memory_mb": memory})
-    return {"node": node.name, "domain": domain, "cores": node.cores, "memory_mb": node.memory_mb, "slots": slots}
+    config = {"node": node.name, "domain": domain, "cores": node.cores, "memory_mb": node.memory_mb, "slots": slots}
+    if node.multiplicity > 1:
+        config["multiplicity"] = node.multiplicity
+    return config

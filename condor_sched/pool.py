@@ -18,6 +18,7 @@ from condor_sched.edits import UNDEFINED, Applied, Edit, JobChange, apply_change
 from condor_sched.model import (
     EXECUTE_DURATION_ATTR,
     MALLEABLE_ATTR,
+    OVERCOMMIT_ATTR,
     SPARE_ATTR,
     PIN_CYCLE_ATTR,
     PIN_GUEST_ATTR,
@@ -47,13 +48,15 @@ def job_projection() -> list[str]:
 def covered_jobs() -> str:
     """Jobs any condor_sched policy covers: device jobs of every kind (any device memory request
     but 0), spread jobs (CoSchedProgram), malleable jobs (node sharing), spare-capacity jobs
-    (CoSchedSpare) and GPU jobs (any GPU memory, compute or GPU count request but 0)."""
+    (CoSchedSpare), overcommitted jobs (CoSchedOvercommit) and GPU jobs (any GPU memory, compute
+    or GPU count request but 0)."""
     # Any value but 0, so that a malformed request ("abc", -5) is read and held with its reason.
     requests = [*(k.request_memory_attr for k in device_kinds()),
                 *(a for k in device_kinds(NODE_LAYOUT) for a in (k.request_memory_attr, k.request_compute_attr,
                                                                  k.count_request_attr))]
     return " || ".join([*(f"({a} =!= undefined && {a} =!= 0)" for a in requests),
-                        "(CoSchedProgram =!= undefined)", f"({MALLEABLE_ATTR} =?= true)", f"({SPARE_ATTR} =?= true)"])
+                        "(CoSchedProgram =!= undefined)", f"({MALLEABLE_ATTR} =?= true)", f"({SPARE_ATTR} =?= true)",
+                        f"({OVERCOMMIT_ATTR} =?= true)"])
 
 
 _JOB_ATTRS = [
@@ -61,7 +64,7 @@ _JOB_ATTRS = [
     "RequestCpus", "RequestMemory", "RequestLLCWays", "RequestMemBW", "CoSchedProgram", "CoSchedAlpha", "RemoteHost", "JobCurrentStartDate", "AllowedExecuteDuration", "MemoryUsage", "ImageSize",
     "User", "AccountingGroup", "JobPrio", "VacateReason", "VacateReasonCode", "LastVacateTime", "EnteredCurrentStatus",
     PIN_SLOT_ATTR, PIN_CYCLE_ATTR, PIN_ORIGINAL_ATTR, PIN_LLC_WAYS_ATTR, PIN_MEM_BW_ATTR, PIN_SCALE_ATTR,
-    PIN_TIME_ATTR, PIN_REASON_ATTR, MALLEABLE_ATTR, SPARE_ATTR, "CpusUsage", PIN_MATE_ATTR, PIN_MATE_INCREASE_ATTR, PIN_MATE_BASE_ATTR,
+    PIN_TIME_ATTR, PIN_REASON_ATTR, MALLEABLE_ATTR, SPARE_ATTR, OVERCOMMIT_ATTR, "CpusUsage", PIN_MATE_ATTR, PIN_MATE_INCREASE_ATTR, PIN_MATE_BASE_ATTR,
     PIN_GUEST_ATTR, *GPU_JOB_ATTRS,
 ]
 

@@ -8,6 +8,7 @@ from typing import Iterable
 
 import classad2
 from cosched_node import rules
+from cosched_node.config import MAX_MULTIPLICITY
 from cosched_node.interference_duty import PUBLISHED_RE
 
 from condor_sched.classads.plain import (
@@ -26,9 +27,6 @@ from condor_sched.model import (
     MAX_GPU_COMPUTE_OVERCOMMIT, MULTIPLICITY_ATTR, Gpu, GpuClaim, Resources, Skipped, Slot, SlotKind, SpareCapacity,
 )
 
-#: The most jobs an overcommitting slot's core may hold (paper 004 runs M = 2 and leaves larger
-#: multiplicities to software preemption, Section 5).
-MAX_MULTIPLICITY = 4
 
 #: A device name as the execute node accepts it: the request rules live once, in
 #: ``cosched_node.rules`` (``jobs.request_problem``).

@@ -1,8 +1,8 @@
 """The node config: the JSON ``condor_sched.inventory.node_config`` writes for one execute
 node (its slots, devices and their kinds, sockets and caches; a GPU node's one ``gpu-node``
 slot, its ``gpus``, its ``mps`` directories and ``single_account`` flag, and its
-``gpu_compute_overcommit``). Root-owned, read by every node program; validated in full
-before use."""
+``gpu_compute_overcommit``; an overcommitting node's ``multiplicity``). Root-owned, read by
+every node program; validated in full before use."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ from cosched_node.rules import (CACHE_ID_MAX, CBM_WIDTH_MAX, DEVICE_RE, DOMAIN_R
                                 MAX_UNITS, NODE_RE)
 
 THREADS_PER_PHI_CORE = 4
+#: The most jobs a core of an overcommitting node may hold (paper 004, Section 3.3's M; the paper
+#: runs M = 2 and leaves larger M to future work).
+MAX_MULTIPLICITY = 4
 MAX_CONFIG_BYTES = 1 << 20
 DEFAULT_STATE_ROOT = "/var/lib/condor_sched"
 #: Where every node program reads the node config when no ``--node-config`` names another
@@ -177,6 +180,9 @@ class NodeConfig:
     #: GPU compute overcommit (issue 13): every GPU offers ``gpu_compute`` thousandths, up to
     #: this many whole GPUs' worth of MPS shares (MPS time-shares SMs); memory is never overcommitted.
     gpu_compute_overcommit: float = 1.0
+    #: An overcommitting node (paper 004, Section 3.3): its startd counts each core this many
+    #: times, so up to M opted-in jobs time-share a core; socket slots only.
+    multiplicity: int = 1
 
     @property
     def gpu_compute(self) -> int:
@@ -309,7 +315,19 @@ def parse_node_config(obj: Any) -> NodeConfig:
     memory_mb = _cfg_int(obj, "memory_mb", 0, MAX_INT, "node config")
     gpus, mps = _parse_gpus(obj, slots)
     return NodeConfig(node, domain, cores, memory_mb, tuple(slots), state_dir, gpus, mps[0], mps[1], mps[2],
-                      _parse_overcommit(obj, bool(gpus)))
+                      _parse_overcommit(obj, bool(gpus)), _parse_multiplicity(obj, slots))
+
+
+def _parse_multiplicity(obj: Dict[str, Any], slots: List[SlotConfig]) -> int:
+    """``multiplicity``: an integer in [1, MAX_MULTIPLICITY], default 1; above 1 only on a node of
+    socket slots alone (no device, node, guest, spare or GPU slot shares its cores)."""
+    value = obj.get("multiplicity", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_MULTIPLICITY:
+        raise ConfigError(f"node config: 'multiplicity' must be an integer from 1 to {MAX_MULTIPLICITY}, "
+                          f"got {str(value)[:30]!r}")
+    if value > 1 and any(s.kind != "socket" for s in slots):
+        raise ConfigError("node config: an overcommitting node ('multiplicity' above 1) has socket slots only")
+    return value
 
 
 def gpu_compute_of(overcommit: float) -> int:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from cosched_node import hardware
-from cosched_node.config import (DEFAULT_NODE_CONFIG, PHI_KIND, NodeConfig, load_node_config, parse_node_config,
-                                 plain_absolute_path)
+from cosched_node.config import (DEFAULT_NODE_CONFIG, MAX_MULTIPLICITY, PHI_KIND, NodeConfig, load_node_config,
+                                 parse_node_config, plain_absolute_path)
 from cosched_node.gpus import MAX_GPU_COMPUTE_OVERCOMMIT
 from cosched_node.hardware import Hardware
 from cosched_node.rules import DOMAIN_RE, MAX_BW_GBS, NODE_RE
@@ -76,6 +76,7 @@ class Overrides:
     single_account: bool = False
     state_dir: Optional[str] = None
     spare_capacity: bool = False      # paper 003: add the spare slot (socket and node-sharing nodes)
+    multiplicity: int = 1             # paper 004: count each core M times (socket nodes; 2 to 4 overcommits)
 
 
 FIELDS = tuple(f.name for f in fields(Overrides))
@@ -162,6 +163,9 @@ def parse_overrides(raw: Dict[str, Any], ini: bool = False) -> Overrides:
     if not 1.0 <= overrides.gpu_compute_overcommit <= MAX_GPU_COMPUTE_OVERCOMMIT:
         raise DescribeError(f"overrides: 'gpu_compute_overcommit' must be a number from 1.0 to "
                             f"{MAX_GPU_COMPUTE_OVERCOMMIT}, got {overrides.gpu_compute_overcommit}")
+    if not 1 <= overrides.multiplicity <= MAX_MULTIPLICITY:
+        raise DescribeError(f"overrides: 'multiplicity' must be a whole number from 1 to {MAX_MULTIPLICITY}, "
+                            f"got {overrides.multiplicity}")
     for key in ("mps_pipe_directory", "mps_log_directory", "state_dir"):
         path = getattr(overrides, key)
         if path is not None and not plain_absolute_path(path):
@@ -300,6 +304,9 @@ def build_config(hw: Hardware, overrides: Overrides, fqdn: str, warn: Warn) -> D
     _warn_unused(overrides, role, hw, warn)
     if overrides.spare_capacity and role not in ("socket", "node-sharing"):
         raise DescribeError(f"overrides: 'spare_capacity' is for socket and node-sharing nodes, not a {role} node")
+    if overrides.multiplicity > 1 and (role != "socket" or overrides.spare_capacity):
+        raise DescribeError("overrides: 'multiplicity' above 1 is for socket nodes without spare_capacity, not "
+                            + ("one with spare_capacity" if role == "socket" else f"a {role} node"))
     cores, memory_mb = hw.cores - overrides.reserved_cores, hw.memory_mb - overrides.reserved_memory_mb
     if cores < 1:
         raise DescribeError(f"overrides: 'reserved_cores' {overrides.reserved_cores} leaves no core of {hw.cores}")
@@ -347,6 +354,8 @@ def build_config(hw: Hardware, overrides: Overrides, fqdn: str, warn: Warn) -> D
             slots.append({"slot_id": len(slots) + 1, "kind": "spare", "cores": sum(s["cores"] for s in cpu_slots),
                           "memory_mb": sum(s["memory_mb"] for s in cpu_slots)})
         config = {"node": node, "domain": domain, "cores": cores, "memory_mb": memory_mb, "slots": slots}
+        if overrides.multiplicity > 1:
+            config["multiplicity"] = overrides.multiplicity
     if overrides.state_dir:
         config["state_dir"] = overrides.state_dir
     parse_node_config(config)

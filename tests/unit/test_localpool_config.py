@@ -89,10 +89,12 @@ def test_discovered_slot_types_match_the_inventory_layout(node):
             assert [lines[f"NODE7.SLOT{i}_CoSchedGPU{g.index}Uuid"] for g in slot.gpus] == [f'"{g.uuid}"' for g in slot.gpus]
         else:
             assert lines[f"NODE7.SLOT{i}_LLCCacheId"] == str(slot.cache_id)
+            if slot.kind is SlotKind.OVERCOMMIT:
+                assert lines[f"NODE7.SLOT{i}_CoSchedMultiplicity"] == str(slot.multiplicity)
     # a guest slot overlaps its node slot, a spare slot the socket slots: the machine counts
-    # their cores and memory twice
+    # their cores and memory twice; an overcommitting node counts each core M times
     guest = [s.total for s in slots if s.kind in (SlotKind.GUEST, SlotKind.SPARE)]
-    assert int(lines["NODE7.NUM_CPUS"]) == node.cores + sum(g.cpus for g in guest)
+    assert int(lines["NODE7.NUM_CPUS"]) == node.multiplicity * node.cores + sum(g.cpus for g in guest)
     assert int(lines["NODE7.MEMORY"]) == node.memory_mb + sum(g.memory_mb for g in guest)
     for resource in ("PhiMemory", "PhiThreads", "LLCWays", "MemBW"):
         assert int(lines.get(f"NODE7.MACHINE_RESOURCE_{resource}", 0)) == sum(int(t.get(resource, 0)) for t in types)

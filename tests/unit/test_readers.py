@@ -407,3 +407,21 @@ def test_a_device_kind_registered_later_is_read_from_ads_read_before(tmp_path):
         assert load_snapshot(q, m).jobs[0].device_kind == "testgpu"
     finally:
         unregister_device_kind(kind.name)
+
+
+def test_the_live_query_projects_every_attribute_the_reader_reads_and_covers_every_sharing_mode():
+    """A live cycle reads jobs through ``covered_jobs()`` projected on ``job_projection()``: an
+    attribute the reader uses but the projection leaves out reads as undefined on the live pool
+    only (the overcommit opt-in once did), and a mode whose opt-in the constraint leaves out
+    never sees its jobs."""
+    import classad2
+
+    from condor_sched.pool import covered_jobs, job_projection
+
+    projected = {a.lower() for a in job_projection()}
+    assert {a.lower() for a in classads._record_reads() + classads._RECORD_PER_JOB_READS} <= projected
+    constraint = classad2.ExprTree(covered_jobs())
+    for opt_in in ({"RequestPhiMemory": 100}, {"CoSchedProgram": "MG"}, {"CoSchedMalleable": True},
+                   {"CoSchedSpare": True}, {"CoSchedOvercommit": True}, {"RequestGPUs": 1}):
+        assert constraint.eval(classad2.ClassAd({"RequestCpus": 1, **opt_in})) is True, opt_in
+    assert constraint.eval(classad2.ClassAd({"RequestCpus": 1})) is not True
