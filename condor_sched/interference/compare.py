@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from condor_sched.interference.dataset import (
-    Dataset, PairRecord, bubble_probes, bubble_up_prediction, pair_records, program_features,
+    Dataset, PairRecord, bubble_probes, pair_records, program_features,
 )
 from condor_sched.interference.evaluate import (
-    balanced_accuracy, bubble_up_terms, cross_validate, false_negative_rate, finite_report, pair_splits, predicted_labels,
-    profiles_for,
+    balanced_accuracy, bubble_up_terms, cross_validate, false_negative_rate, finite_report, pair_splits,
+    predicted_labels, profiles_for,
 )
 from condor_sched.interference.model import ModelSettings, fit_model
 
@@ -49,22 +50,32 @@ def _by_key(records: Sequence[PairRecord], placement: str) -> dict[Key, PairReco
 
 
 def _scores(truth: Sequence[int], predicted: Sequence[int]) -> dict[str, float]:
-    return {"accuracy": balanced_accuracy(truth, predicted), "false_negative_rate": false_negative_rate(truth, predicted),
+    return {"accuracy": balanced_accuracy(truth, predicted),
+            "false_negative_rate": false_negative_rate(truth, predicted),
             "agreement": float(np.mean(np.asarray(truth) == np.asarray(predicted))) if len(truth) else float("nan")}
 
 
-def _profiles(data: Dataset, placement: str) -> tuple[dict[str, dict[str, float]], dict[Key, float]]:
-    probes = bubble_probes(data).get(placement, {})
-    return profiles_for(data, program_features(data), probes), bubble_up_terms(data, probes)
+@dataclass(frozen=True)
+class Measurement:
+    """One dataset and what every comparison reads of it, derived once."""
+
+    data: Dataset
+    records: list[PairRecord]
+    signals: dict[str, dict[str, float]]
+    probes: dict[str, dict[str, dict[str, float]]]
+
+    @classmethod
+    def of(cls, data: Dataset) -> Measurement:
+        return cls(data, pair_records(data), program_features(data), bubble_probes(data))
 
 
-def held_out_against(train: Dataset, test: Dataset, placement: str, settings: ModelSettings,
+def held_out_against(train: Measurement, test: Measurement, placement: str, settings: ModelSettings,
                      folds: int) -> dict[str, float]:
     """The model fitted on ``train``'s training pairs, each fold's held-out pairs judged and
     scored against ``test``'s labels of them."""
-    profiles, terms = _profiles(train, placement)
-    mine = _by_key(pair_records(train), placement)
-    theirs = _by_key(pair_records(test), placement)
+    probes = train.probes.get(placement, {})
+    profiles, terms = profiles_for(train.data, train.signals, probes), bubble_up_terms(train.data, probes)
+    mine, theirs = _by_key(train.records, placement), _by_key(test.records, placement)
     keys = sorted(k for k in mine if k in theirs and k[0] in profiles and k[1] in profiles)
     records = [mine[k] for k in keys]
     truth = [int(r.ev > settings.ev_threshold) for r in records]
@@ -97,14 +108,13 @@ def pooled_records(first: Sequence[PairRecord], second: Sequence[PairRecord]) ->
     return out
 
 
-def pooled(first: Dataset, second: Dataset, placement: str, settings: ModelSettings, folds: int) -> dict[str, float]:
+def pooled(first: Measurement, second: Measurement, placement: str, settings: ModelSettings,
+           folds: int) -> dict[str, float]:
     """``cross_validate`` on both measurements at once (module docstring)."""
-    probes = _mean_profiles(bubble_probes(first).get(placement, {}), bubble_probes(second).get(placement, {}))
-    profiles = profiles_for(first, _mean_profiles(program_features(first), program_features(second)), probes)
-    sizes = first.header["bubble_sizes_kib"]
-    terms = {(v, o): value for v in first.programs for o in first.programs
-             if (value := bubble_up_prediction(probes, v, o, sizes)) is not None}
-    records = [r for r in pooled_records(pair_records(first), pair_records(second)) if r.placement == placement]
+    probes = _mean_profiles(first.probes.get(placement, {}), second.probes.get(placement, {}))
+    profiles = profiles_for(first.data, _mean_profiles(first.signals, second.signals), probes)
+    terms = bubble_up_terms(first.data, probes)
+    records = [r for r in pooled_records(first.records, second.records) if r.placement == placement]
     result = cross_validate(records, profiles, placement, settings, folds, terms)
     truth = [int(r.ev > settings.ev_threshold) for r in records]
     return {"accuracy": result["accuracy"], "false_negative_rate": result["false_negative_rate"],
@@ -117,19 +127,20 @@ def compare_measurements(first: Dataset, second: Dataset, thresholds: Mapping[st
     """Per placement both datasets measured: ``labels``, ``model`` (first to second), ``model_reverse``
     (second to first) and ``pooled`` (module docstring)."""
     _check_same_suite(first, second)
+    one, other = Measurement.of(first), Measurement.of(second)
     out: dict[str, dict] = {}
     for placement in (p for p in first.placements if p in second.placements):
         t = thresholds[placement]
         settings = ModelSettings(ev_threshold=t, prob_cutoff=prob_cutoff, features=features, seed=seed)
-        a, b = _by_key(pair_records(first), placement), _by_key(pair_records(second), placement)
+        a, b = _by_key(one.records, placement), _by_key(other.records, placement)
         keys = sorted(set(a) & set(b))
         out[placement] = {
             "records": len(keys),
             "labels": _scores([int(b[k].ev > t) for k in keys], [int(a[k].ev > t) for k in keys]),
             "ev_correlation": float(np.corrcoef([a[k].ev for k in keys], [b[k].ev for k in keys])[0, 1])
             if len(keys) >= 2 else float("nan"),
-            "model": held_out_against(first, second, placement, settings, folds),
-            "model_reverse": held_out_against(second, first, placement, settings, folds),
-            "pooled": pooled(first, second, placement, settings, folds),
+            "model": held_out_against(one, other, placement, settings, folds),
+            "model_reverse": held_out_against(other, one, placement, settings, folds),
+            "pooled": pooled(one, other, placement, settings, folds),
         }
     return finite_report(out)

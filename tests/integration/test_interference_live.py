@@ -61,6 +61,23 @@ def write_profiles(runs_dir: Path, exe: str, signals: dict, copies: int = 7) -> 
             {"version": 1, "owner": "alice", "exe_sha256": exe, "job": job, "intervals": 10, "signals": signals}))
 
 
+def ill_matched_programs(pool, runs_dir: Path, tag: bytes) -> tuple[Path, str, Path, str]:
+    """A bully and its victim (copies of sleep told apart by ``tag``) with the profiles of a
+    measured pair the live model keeps apart: (bully, its sha256, victim, its sha256)."""
+    bully, bully_exe = program(pool, "bully", b"\0cosched-" + tag + b"bully")
+    victim, victim_exe = program(pool, "victim", b"\0cosched-" + tag + b"victim")
+    victim_signals, bully_signals = ill_matched_signals()
+    for exe, signals in ((victim_exe, victim_signals), (bully_exe, bully_signals)):
+        write_profiles(runs_dir, exe, signals)
+    return bully, bully_exe, victim, victim_exe
+
+
+def guarded_sidecar(pool, runs_dir: Path):
+    """The sidecar with COSCHED_INTERFERENCE on, reading the agents' profiles in ``runs_dir``."""
+    return start_sidecar(pool, "knapsack", **{"COSCHED_INTERFERENCE": "true",
+                                              "COSCHED_PROFILE_RUNS_DIR": str(runs_dir)})
+
+
 def submit(pool, exe: Path, seconds: int, node: str, device: bool = True) -> int:
     """A job of ``exe`` on ``node``: a device job (the device mode places it), or a plain one."""
     description = {"executable": str(exe), "arguments": str(seconds), "initialdir": str(exe.parent),
@@ -77,13 +94,8 @@ def wait(pool, cluster: int, done, timeout_s: float = 240) -> dict:
 
 def test_ill_matched_programs_never_share_a_node_and_the_waiting_job_says_why(pool):
     runs_dir = pool.info.root / "var/lib/condor_sched/profiles"
-    bully, bully_exe = program(pool, "bully", b"\0cosched-bully")
-    victim, victim_exe = program(pool, "victim", b"\0cosched-victim")
-    victim_signals, bully_signals = ill_matched_signals()
-    for exe, signals in ((victim_exe, victim_signals), (bully_exe, bully_signals)):
-        write_profiles(runs_dir, exe, signals)
-    sidecar = start_sidecar(pool, "knapsack", **{"COSCHED_INTERFERENCE": "true",
-                                                 "COSCHED_PROFILE_RUNS_DIR": str(runs_dir)})
+    bully, bully_exe, victim, victim_exe = ill_matched_programs(pool, runs_dir, b"")
+    sidecar = guarded_sidecar(pool, runs_dir)
     try:
         # The sidecar learns what each Cmd runs from the agents' reading of a running job
         # (advertised by the startd cron, every 30 s here): one run of each, on two nodes.

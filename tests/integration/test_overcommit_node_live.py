@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import htcondor2
 import pytest
-from test_device_cosched import start_sidecar, stop
-from test_interference_live import ill_matched_signals, program, wait, write_profiles
+from test_device_cosched import stop
+from test_interference_live import guarded_sidecar, ill_matched_programs, program, wait
 
 pytestmark = pytest.mark.pool
 
@@ -42,14 +42,9 @@ def most_at_once(runs: list[dict]) -> int:
 
 def test_opted_in_jobs_share_node8s_cores_two_at_most_and_an_ill_matched_one_waits_saying_why(pool):
     runs_dir = pool.info.root / "var/lib/condor_sched/profiles"
-    bully, bully_exe = program(pool, "bully", b"\0cosched-overcommit-bully")
-    victim, victim_exe = program(pool, "victim", b"\0cosched-overcommit-victim")
+    bully, bully_exe, victim, victim_exe = ill_matched_programs(pool, runs_dir, b"overcommit-")
     calm, _ = program(pool, "calm", b"\0cosched-overcommit-calm")     # no profile: allowed anywhere
-    victim_signals, bully_signals = ill_matched_signals()
-    for exe, signals in ((victim_exe, victim_signals), (bully_exe, bully_signals)):
-        write_profiles(runs_dir, exe, signals)
-    sidecar = start_sidecar(pool, "knapsack", **{"COSCHED_INTERFERENCE": "true",
-                                                 "COSCHED_PROFILE_RUNS_DIR": str(runs_dir)})
+    sidecar = guarded_sidecar(pool, runs_dir)
     try:
         # Six opted-in jobs of one CPU for a node of 2 cores counted twice: all run on node8, at
         # most 4 at once and more than its 2 cores at some time. The bully and the victim run
