@@ -41,7 +41,6 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Sequence
 
-from ortools.sat.python import cp_model
 
 from condor_sched.model import Slot
 from condor_sched.modes.devices import capacity as dv
@@ -124,6 +123,8 @@ def _price(name: str, supply: Counts, duals: dict[dv.Capacity, float], caps: dic
            hardware_threads: dict[str, int], settings: PlanSettings, limit_s: float) -> tuple[Counts, float, float]:
     """The pattern of one device (``name``, standing for its group) of largest value
     sum_s (1 - pi_s) p_s; its value, and CP-SAT's deterministic time."""
+    from ortools.sat.python import cp_model
+
     gain = {need: 1.0 - duals[need] for need in supply}
     useful = {need: n for need, n in supply.items() if gain[need] > REDUCED_COST_EPS}
     if not useful:

@@ -47,8 +47,6 @@ import time
 from collections import Counter
 from typing import Sequence
 
-from ortools.sat.python import cp_model
-
 from condor_sched.model import Job, Plan, Slot
 from condor_sched.modes.devices import columns as cg
 from condor_sched.modes.devices import capacity as dv
@@ -105,6 +103,8 @@ def _solve_exact(
     time_limit_s: float,
 ) -> tuple[dict[tuple[dv.Capacity, str], int] | None, dict[str, object]]:
     """The exact model of the pool (small pools); the counts per (shape, device) or None."""
+    from ortools.sat.python import cp_model
+
     weight = dv.count_weight(sum(supply.values()))
     hw = {slot.name: slot.total.device_threads for slot in slots}
     model, x = nb.count_model(supply, [slot.name for slot in slots], caps, hw)
@@ -160,6 +160,8 @@ def _pattern_plan(
     pattern (a small CP-SAT model whatever the pool size), then fill devices in order with
     each class's smallest jobs; jobs that overflow device memory are left for a greedy pass.
     None when the pattern space is too large."""
+    from ortools.sat.python import cp_model
+
     pool = JobPool.build(rest, settings)
     classes = sorted(pool.classes)
     if not classes:

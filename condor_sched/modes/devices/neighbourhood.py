@@ -32,6 +32,8 @@ counted against the deterministic budget, so no clock decides anything.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import itertools
 import os
 import random
@@ -41,11 +43,13 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Sequence
 
-from ortools.sat.python import cp_model
 
 from condor_sched.model import Slot
 from condor_sched.modes.devices import capacity as dv
 from condor_sched.modes.planning import PlanSettings, cp_sat_solver
+
+if TYPE_CHECKING:  # imported where used: ortools.sat loads pandas (0.3 s at every command's start)
+    from ortools.sat.python import cp_model
 
 #: Devices re-packed together per step (3 was best of 2, 3, 4, 5 and 8 on diverse 900 / 60).
 NEIGHBOURHOOD_DEVICES = 3
@@ -136,6 +140,8 @@ def count_model(supply: Counts, names: Sequence[str], caps: dict[str, list[int]]
                 ) -> tuple[cp_model.CpModel, dict[tuple[dv.Capacity, str], cp_model.IntVar]]:
     """A device plan as CP-SAT sees it: a count per (shape, device), each device's free
     capacity in every dimension and its hardware threads, each shape's supply; no objective."""
+    from ortools.sat.python import cp_model
+
     model = cp_model.CpModel()
     x: dict[tuple[dv.Capacity, str], cp_model.IntVar] = {}
     per_shape: dict[dv.Capacity, list] = {}
@@ -169,6 +175,8 @@ def _repack(names: Sequence[str], on_device: dict[str, Counts], unplaced: Counts
     """The most jobs ``names`` can hold from their own and the unplaced ones, at least as
     many as now (hinted with the current plan); None if CP-SAT found nothing in time. Also
     the step's deterministic time."""
+    from ortools.sat.python import cp_model
+
     supply = _useful_unplaced(names, unplaced, caps, hardware_threads)
     for name in names:
         for need, n in on_device[name].items():

@@ -56,7 +56,7 @@ class RandomFitPolicy:
         def choose(fleet: GpuFleet, task: GpuTask, feasible: np.ndarray) -> GpuPlacement:
             node = int(context.rng.choice(np.flatnonzero(feasible)))
             if task.shares_gpu:
-                gpus: tuple[int, ...] = (int(context.rng.choice(np.flatnonzero(fleet.gpu_fits(task)[node]))),)
+                gpus: tuple[int, ...] = (int(context.rng.choice(np.flatnonzero(fleet.gpu_fits(task, node)))),)
             else:
                 gpus = exclusive_gpus(fleet, task, node)
             return GpuPlacement(node, gpus)

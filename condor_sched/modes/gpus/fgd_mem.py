@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from condor_sched.modes.gpus.fgd import TargetWorkload, fgd_scores
+from condor_sched.modes.gpus.fgd import GpuClassCounts, NodeClassCounts, TargetWorkload, fgd_scores
 from condor_sched.modes.gpus.fgd_pack import FgdPackPolicy
 from condor_sched.modes.gpus.fleet import GpuFleet, GpuTask
 from condor_sched.modes.gpus.fleet_policy import INFEASIBLE, free_gpu_milli
@@ -57,21 +57,21 @@ def fragmentation(cpu_free_milli: np.ndarray, memory_free_mib: np.ndarray, gpu_f
     return np.where(fits, small, total) @ target.popularity
 
 
-def node_scores(fleet: GpuFleet, task: GpuTask, nodes: np.ndarray, target: MemoryTarget) -> np.ndarray:
+def node_scores(fleet: GpuFleet, task: GpuTask, nodes: np.ndarray, target: MemoryTarget,
+                counts: GpuClassCounts | None = None) -> np.ndarray:
     """FGD scores of ``task`` on ``nodes``, as :func:`condor_sched.modes.gpus.fgd.node_scores`."""
-    free = free_gpu_milli(fleet)[nodes]
+    free = free_gpu_milli(fleet, nodes)
+    counts = GpuClassCounts.of(free, target) if counts is None else counts
     cpu = fleet.cpu_free_milli[nodes]
     memory = fleet.memory_free_mib[nodes]
-    model_ok = target.model_ok[fleet.model_of_node[nodes]]
-    before = fragmentation(cpu, memory, free, model_ok, target)
+    model_ok = target.model_ok[fleet.model_of_node[nodes]] & (target.gpus > 0)
+    before = counts.fragmentation(model_ok & (cpu[:, None] >= target.cpu_milli)
+                                  & (memory[:, None] >= target.memory_mib), target)
     cpu_after, memory_after = cpu - task.cpu_milli, memory - task.memory_mib
     if task.shares_gpu:
-        width = free.shape[1]
-        after_free = np.repeat(free[:, None, :], width, axis=1)
-        diagonal = np.arange(width)
-        after_free[:, diagonal, diagonal] -= task.gpu_milli
-        after = fragmentation(cpu_after[:, None], memory_after[:, None], after_free, model_ok[:, None, :], target)
-        scores = fgd_scores(before[:, None] - after)
+        fits_class = (model_ok & (cpu_after[:, None] >= target.cpu_milli)
+                      & (memory_after[:, None] >= target.memory_mib))
+        scores = fgd_scores(before[:, None] - counts.after_share(free, task.gpu_milli, fits_class, target))
         fits = fleet.gpu_present[nodes] & (free >= task.gpu_milli)
         return np.where(fits, scores, INFEASIBLE)
     after_free = free.copy()
@@ -89,11 +89,13 @@ class _Memo:
     target: MemoryTarget
     seen: np.ndarray  # (n, width + 2): free CPU, memory and GPU compute when last scored
     version: np.ndarray
+    counts: NodeClassCounts
     scores: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     def touch(self, fleet: GpuFleet, node: int) -> None:
         self.version[node] += 1
-        self.seen[node] = _free_state(fleet)[node]
+        self.seen[node, :2] = fleet.cpu_free_milli[node], fleet.memory_free_mib[node]
+        self.seen[node, 2:] = fleet.gpu_free_milli[node]
 
     def sync(self, fleet: GpuFleet) -> None:
         now = _free_state(fleet)
@@ -113,8 +115,10 @@ _memos: weakref.WeakKeyDictionary[GpuFleet, _Memo] = weakref.WeakKeyDictionary()
 def _memo(fleet: GpuFleet, typical: tuple[tuple[GpuTask, float], ...]) -> _Memo:
     memo = _memos.get(fleet)
     if memo is None or len(memo.version) != len(fleet) or not (memo.typical is typical or memo.typical == typical):
-        memo = _Memo(typical=typical, target=MemoryTarget.of(fleet, typical), seen=_free_state(fleet),
-                     version=np.zeros(len(fleet), dtype=np.int64))
+        target = MemoryTarget.of(fleet, typical)
+        memo = _Memo(typical=typical, target=target, seen=_free_state(fleet),
+                     version=np.zeros(len(fleet), dtype=np.int64),
+                     counts=NodeClassCounts(len(fleet), fleet.width, target))
         _memos[fleet] = memo
     else:
         memo.sync(fleet)
@@ -128,7 +132,7 @@ def copy_with_scores(fleet: GpuFleet) -> GpuFleet:
     memo = _memos.get(fleet)
     if memo is not None:
         _memos[other] = _Memo(typical=memo.typical, target=memo.target, seen=memo.seen.copy(),
-                              version=memo.version.copy(),
+                              version=memo.version.copy(), counts=memo.counts.copy(),
                               scores={k: (s.copy(), v.copy()) for k, (s, v) in memo.scores.items()})
     return other
 
@@ -157,5 +161,6 @@ class FgdMemPolicy(FgdPackPolicy):
         return (task.cpu_milli, task.memory_mib, task.gpus, task.gpu_milli)
 
     @staticmethod
-    def score_nodes(fleet: GpuFleet, task: GpuTask, nodes: np.ndarray, target: MemoryTarget) -> np.ndarray:
-        return node_scores(fleet, task, nodes, target)
+    def score_nodes(fleet: GpuFleet, task: GpuTask, nodes: np.ndarray, target: MemoryTarget,
+                    counts: GpuClassCounts) -> np.ndarray:
+        return node_scores(fleet, task, nodes, target, counts)

@@ -37,10 +37,10 @@ class FgdPackPolicy(FgdPolicy):
 
     name: str = "fgd-pack"
 
-    def tie_ranks(self, fleet: GpuFleet, names: np.ndarray) -> np.ndarray:
+    def tie_ranks(self, fleet: GpuFleet, names: np.ndarray, nodes: np.ndarray) -> np.ndarray:
         """The nodes by the share of their GPU compute still free (thousandths), then name."""
-        free_share = free_gpu_milli(fleet).sum(axis=1) * 1000 // np.maximum(fleet.gpu_count * 1000, 1)
-        return free_share * (len(fleet) + 1) + names
+        free_share = free_gpu_milli(fleet, nodes).sum(axis=1) * 1000 // np.maximum(fleet.gpu_count[nodes] * 1000, 1)
+        return free_share * (len(fleet) + 1) + names[nodes]
 
     def gpu_among(self, fleet: GpuFleet, node: int, gpu_scores: np.ndarray) -> int:
         """Among the best-scored GPUs, the one with the least free compute (then the first)."""

@@ -120,6 +120,13 @@ class GpuFleet:
             setattr(other, name, value.copy() if isinstance(value, (np.ndarray, list)) else value)
         return other
 
+    def adopt(self, planned: GpuFleet) -> None:
+        """Take the state of ``planned``, a :meth:`copy` of this fleet that a plan was committed
+        to (the plan's commits, without replaying them); ``planned`` is not used afterwards."""
+        if planned.names != self.names:
+            raise ValueError("adopt: not a copy of this fleet")
+        vars(self).update(vars(planned))
+
     @property
     def total_gpu_milli(self) -> int:
         """Every GPU's whole compute (thousandths), the measure of the unallocated share."""
@@ -135,32 +142,46 @@ class GpuFleet:
         allowed = [i for i, m in enumerate(self.model_names) if m in task.models]
         return np.isin(self.model_of_node, allowed)
 
-    def gpu_memory_needed(self, task: GpuTask) -> np.ndarray:
-        """MB of GPU memory the task needs on each GPU of each node (n x width)."""
+    def gpu_memory_needed(self, task: GpuTask, rows: slice | int = slice(None)) -> np.ndarray:
+        """MB of GPU memory the task needs on each GPU of each node (n x width; of ``rows``
+        only when given)."""
+        total = self.gpu_memory_total_mb[rows]
         if task.gpus == 0:
-            return np.zeros_like(self.gpu_memory_total_mb)
+            return np.zeros_like(total)
         if task.gpu_memory_mb is not None:
-            return np.full_like(self.gpu_memory_total_mb, task.gpu_memory_mb)
-        return -(-self.gpu_memory_total_mb * task.gpu_milli // WHOLE_GPU_MILLI)
+            return np.full_like(total, task.gpu_memory_mb)
+        return -(-total * task.gpu_milli // WHOLE_GPU_MILLI)
 
-    def gpu_fits(self, task: GpuTask) -> np.ndarray:
-        """GPUs (n x width) that could take the task's per-GPU share now: whole and idle for
-        a whole-GPU task; enough free compute and memory, and no other owner, for a share."""
+    def gpu_fits(self, task: GpuTask, rows: slice | int = slice(None)) -> np.ndarray:
+        """GPUs (n x width; of ``rows`` only when given) that could take the task's per-GPU
+        share now: whole and idle for a whole-GPU task; enough free compute and memory, and no
+        other owner, for a share."""
+        free, memory_free = self.gpu_free_milli[rows], self.gpu_memory_free_mb[rows]
         if task.gpus == 0:
-            return np.zeros_like(self.gpu_present)
+            return np.zeros_like(self.gpu_present[rows])
         if not task.shares_gpu:
-            return (self.gpu_free_milli == self.gpu_capacity_milli) & self.gpu_present & (
-                self.gpu_memory_free_mb == self.gpu_memory_total_mb)
-        return ((self.gpu_free_milli >= task.gpu_milli) & (self.gpu_memory_free_mb >= self.gpu_memory_needed(task))
-                & ((self.gpu_owner == NO_OWNER) | (self.gpu_owner == task.owner) | self.single_account[:, None]))
+            return ((free == self.gpu_capacity_milli[rows]) & self.gpu_present[rows]
+                    & (memory_free == self.gpu_memory_total_mb[rows]))
+        need = self.gpu_memory_needed(task, rows)
+        owner = self.gpu_owner[rows]
+        return ((free >= task.gpu_milli) & (memory_free >= need)
+                & ((owner == NO_OWNER) | (owner == task.owner) | self.single_account[rows, None]))
 
     def node_fits(self, task: GpuTask) -> np.ndarray:
         """Nodes (bool, n) where the task fits now: CPU, host memory, GPU model and GPUs."""
-        fits = (self.cpu_free_milli >= task.cpu_milli) & (self.memory_free_mib >= task.memory_mib)
-        fits &= self.model_mask(task)
-        if task.gpus:
-            fits &= self.gpu_fits(task).sum(axis=1) >= task.gpus
-        return fits
+        return self.fits(task)[0]
+
+    def fits(self, task: GpuTask) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`node_fits` and, for a GPU task, :meth:`gpu_fits` (None for a CPU-only task),
+        computed once."""
+        nodes = (self.cpu_free_milli >= task.cpu_milli) & (self.memory_free_mib >= task.memory_mib)
+        if task.models is not None and task.gpus:
+            nodes &= self.model_mask(task)
+        if not task.gpus:
+            return nodes, None
+        gpus = self.gpu_fits(task)
+        nodes &= gpus.sum(axis=1) >= task.gpus
+        return nodes, gpus
 
     def commit(self, task: GpuTask, placement: GpuPlacement) -> None:
         """Take the task's resources on ``placement``; ValueError (nothing changed) when
@@ -168,18 +189,19 @@ class GpuFleet:
         node, gpus = placement.node, placement.gpus
         if len(gpus) != task.gpus or len(set(gpus)) != len(gpus):
             raise ValueError(f"task {task.name}: placement names {len(gpus)} GPUs, it asks for {task.gpus}")
+        model_ok = task.models is None or not task.gpus or self.model_names[self.model_of_node[node]] in task.models
         if not (self.cpu_free_milli[node] >= task.cpu_milli and self.memory_free_mib[node] >= task.memory_mib
-                and self.model_mask(task)[node]):
+                and model_ok):
             raise ValueError(f"task {task.name} does not fit node {self.names[node]}")
-        fits = self.gpu_fits(task)
-        need = self.gpu_memory_needed(task)
-        if not all(0 <= g < self.width and fits[node, g] for g in gpus):
+        fits = self.gpu_fits(task, node)
+        if not all(0 <= g < self.width and fits[g] for g in gpus):
             raise ValueError(f"task {task.name} does not fit GPUs {gpus} of node {self.names[node]}")
+        need = self.gpu_memory_needed(task, node)
         self.cpu_free_milli[node] -= task.cpu_milli
         self.memory_free_mib[node] -= task.memory_mib
         for g in gpus:
             self.gpu_free_milli[node, g] -= task.gpu_milli
-            self.gpu_memory_free_mb[node, g] -= need[node, g]
+            self.gpu_memory_free_mb[node, g] -= need[g]
             if task.shares_gpu:
                 self.gpu_owner[node, g] = task.owner
         if task.gpus:

@@ -130,15 +130,45 @@ def best_node(scores: np.ndarray, feasible: np.ndarray, ranks: np.ndarray) -> in
     return int(tied[np.argmin(ranks[tied])])
 
 
-def free_gpu_milli(fleet: GpuFleet) -> np.ndarray:
-    """Free compute of every GPU slot (n x width), 0 on absent slots."""
-    return np.where(fleet.gpu_present, fleet.gpu_free_milli, 0)
+class NoRoom:
+    """Task shapes that found no node while one batch is placed. The fleet only loses room
+    while a batch is placed (commits, no releases), so a later task that asks at least as much
+    of everything, under the same GPU rule (a share of one owner's GPUs, whole GPUs, none) and
+    model constraint, finds no node either: it is refused without scanning the fleet."""
+
+    def __init__(self) -> None:
+        self._least: dict[tuple, list[tuple[int, ...]]] = {}
+
+    @staticmethod
+    def _shape(task: GpuTask) -> tuple[tuple, tuple[int, ...]]:
+        if not task.gpus:
+            return ("cpu",), (task.cpu_milli, task.memory_mib)
+        if not task.shares_gpu:
+            return ("whole", task.models), (task.cpu_milli, task.memory_mib, task.gpus)
+        return (("share", task.owner, task.models, task.gpu_memory_mb is None),
+                (task.cpu_milli, task.memory_mib, task.gpu_milli, task.gpu_memory_mb or 0))
+
+    def covers(self, task: GpuTask) -> bool:
+        """Whether a shape that found no node asked no more than ``task`` of anything."""
+        rule, asks = self._shape(task)
+        return any(all(a <= b for a, b in zip(least, asks)) for least in self._least.get(rule, ()))
+
+    def add(self, task: GpuTask) -> None:
+        """``task`` found no node."""
+        rule, asks = self._shape(task)
+        kept = [least for least in self._least.get(rule, ()) if not all(a <= b for a, b in zip(asks, least))]
+        self._least[rule] = kept + [asks]
+
+
+def free_gpu_milli(fleet: GpuFleet, nodes: np.ndarray | slice = slice(None)) -> np.ndarray:
+    """Free compute of every GPU slot (n x width; of ``nodes`` only when given), 0 on absent slots."""
+    return np.where(fleet.gpu_present[nodes], fleet.gpu_free_milli[nodes], 0)
 
 
 def exclusive_gpus(fleet: GpuFleet, task: GpuTask, node: int) -> tuple[int, ...]:
     """The first idle GPUs of the node, by index (``AllocateExclusiveGpuId`` in
     ``pkg/type/resource.go``); for a share of a GPU use :func:`tightest_gpu` or another rule."""
-    return tuple(int(g) for g in np.flatnonzero(fleet.gpu_fits(task)[node])[:task.gpus])
+    return tuple(int(g) for g in np.flatnonzero(fleet.gpu_fits(task, node))[:task.gpus])
 
 
 def tightest_gpu(fleet: GpuFleet, task: GpuTask, node: int) -> tuple[int, ...]:
@@ -147,7 +177,7 @@ def tightest_gpu(fleet: GpuFleet, task: GpuTask, node: int) -> tuple[int, ...]:
     ``open_gpu_share.go``); whole GPUs as :func:`exclusive_gpus`; no GPU for a CPU task."""
     if not task.shares_gpu:
         return exclusive_gpus(fleet, task, node)
-    fits = fleet.gpu_fits(task)[node]
+    fits = fleet.gpu_fits(task, node)
     free = np.where(fits, fleet.gpu_free_milli[node], np.iinfo(np.int64).max)
     return (int(np.argmin(free)),)
 

@@ -157,22 +157,40 @@ def _task(job: Job, owner: int, models: frozenset[str] | None) -> GpuTask:
                    req.compute, req.memory_mb, models, owner)  # type: ignore[union-attr]
 
 
-def never_fits(job: Job, slots: Sequence[Slot]) -> str | None:
-    """Why no GPU node slot could hold ``job`` even empty, or None."""
-    req = job.gpu
-    if not slots:
+@dataclass(frozen=True)
+class GpuNodeLimits:
+    """The most any GPU node slot holds, even empty: what :meth:`never_fits` compares a job
+    with (read once per cycle, not once per job)."""
+
+    most_gpus: int = 0
+    most_compute: int = 0
+    largest_memory_mb: int = 0
+    #: The distinct (cores, memory MB) of the slots: a job fits one of them or no slot.
+    shapes: frozenset[tuple[int, int]] = frozenset()
+
+    @classmethod
+    def of(cls, slots: Sequence[Slot]) -> GpuNodeLimits:
+        gpus = [g for s in slots for g in s.gpus]
+        return cls(max((len(s.gpus) for s in slots), default=0), max((g.compute for g in gpus), default=0),
+                   max((g.memory_mb for g in gpus), default=0),
+                   frozenset((s.total.cpus, s.total.memory_mb) for s in slots))
+
+    def never_fits(self, job: Job) -> str | None:
+        """Why no GPU node slot could hold ``job`` even empty, or None (no slot at all: None)."""
+        req = job.gpu
+        assert req is not None
+        if not self.shapes:
+            return None
+        if req.count > self.most_gpus:
+            return f"request_GPUs = {req.count}: no GPU node has more than {self.most_gpus} GPUs"
+        if req.compute > self.most_compute:
+            return f"request_GPUCompute = {req.compute}: more than a GPU has"
+        if req.memory_mb is not None and req.memory_mb > self.largest_memory_mb:
+            return f"request_GPUMemory = {req.memory_mb} MB: the largest GPU has {self.largest_memory_mb} MB"
+        if not any(job.request.cpus <= cpus and job.request.memory_mb <= memory for cpus, memory in self.shapes):
+            return (f"request_cpus = {job.request.cpus}, request_memory = {job.request.memory_mb}: no GPU node has "
+                    "that many cores and that much memory")
         return None
-    if req.count > max(len(s.gpus) for s in slots):  # type: ignore[union-attr]
-        return f"request_GPUs = {req.count}: no GPU node has more than {max(len(s.gpus) for s in slots)} GPUs"  # type: ignore[union-attr]
-    if req.compute > max(g.compute for s in slots for g in s.gpus):  # type: ignore[union-attr]
-        return f"request_GPUCompute = {req.compute}: more than a GPU has"  # type: ignore[union-attr]
-    largest = max(g.memory_mb for s in slots for g in s.gpus)
-    if req.memory_mb is not None and req.memory_mb > largest:  # type: ignore[union-attr]
-        return f"request_GPUMemory = {req.memory_mb} MB: the largest GPU has {largest} MB"  # type: ignore[union-attr]
-    if not any(job.request.cpus <= s.total.cpus and job.request.memory_mb <= s.total.memory_mb for s in slots):
-        return (f"request_cpus = {job.request.cpus}, request_memory = {job.request.memory_mb}: no GPU node has "
-                "that many cores and that much memory")
-    return None
 
 
 def _fair_order(jobs: Sequence[Job], running: Sequence[Job], priorities: Mapping[str, float]) -> list[Job]:
@@ -200,6 +218,7 @@ class GpuView:
         self.slots = {s.name: s for s in state.slots}
         self.gpu_slots = [s for s in state.slots if s.kind is SlotKind.GPU_NODE and s.gpus]
         self.mixed = {s.name for s in self.gpu_slots if len({g.model for g in s.gpus}) > 1}
+        self.limits = GpuNodeLimits.of(self.gpu_slots)
         self.any_jobs = bool(jobs.all)
         self.owner_code = {o: i for i, o in enumerate(sorted({j.owner for j in jobs.all}))}
         self.usable = [s for s in self.gpu_slots if s.unavailable is None and s.name not in self.mixed]
@@ -262,7 +281,7 @@ class GpuView:
         return None
 
     def never_fits(self, job: Job) -> str | None:
-        why = never_fits(job, self.gpu_slots)
+        why = self.limits.never_fits(job)
         return None if why is None else f"GPU sharing can never place it: {why}"
 
     def plan(self, policy: GpuPolicy, jobs: list[Job], refused: Mapping[JobKey, str]) -> ModePlan:
