@@ -156,12 +156,6 @@ class NodeClassCounts:
             self.version[stale] = version[stale]
         return GpuClassCounts(*(getattr(self.all, name)[nodes] for name in GpuClassCounts.__slots__))
 
-    def copy(self) -> NodeClassCounts:
-        other = object.__new__(NodeClassCounts)
-        other.target, other.version = self.target, self.version.copy()
-        other.all = GpuClassCounts(*(getattr(self.all, name).copy() for name in GpuClassCounts.__slots__))
-        return other
-
 
 def fgd_scores(delta_milli: np.ndarray) -> np.ndarray:
     """``int64(sigmoid(delta / 1000) * MaxNodeScore)`` of ``fgd_score.go``."""

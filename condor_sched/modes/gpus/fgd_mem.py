@@ -126,14 +126,14 @@ def _memo(fleet: GpuFleet, typical: tuple[tuple[GpuTask, float], ...]) -> _Memo:
 
 
 def copy_with_scores(fleet: GpuFleet) -> GpuFleet:
-    """A copy of ``fleet`` that keeps the scores already computed on it (to plan alternatives
-    of one batch without scoring every node again)."""
+    """A copy of ``fleet`` that shares the scores already computed on it (to plan alternatives
+    of one batch without scoring every node again). Shared, not copied: every call re-checks
+    each node's free amounts against those last seen (``_Memo.sync``), so the scores of a node
+    whose state differs between the copies are computed again, never trusted."""
     other = fleet.copy()
     memo = _memos.get(fleet)
     if memo is not None:
-        _memos[other] = _Memo(typical=memo.typical, target=memo.target, seen=memo.seen.copy(),
-                              version=memo.version.copy(), counts=memo.counts.copy(),
-                              scores={k: (s.copy(), v.copy()) for k, (s, v) in memo.scores.items()})
+        _memos[other] = memo
     return other
 
 
