@@ -1,6 +1,6 @@
 """The sharing modes, one package per paper (``docs/architecture.md``):
 
-* ``devices/``: paper 002, device knapsack packing (knapsack, global, lp-pack, thread-fill,
+* ``devices/``: paper 002, device knapsack packing (knapsack, global, lp-pack, thread-fill, even-drain,
   random, exclusive, their bounds and solvers);
 * ``gpus/``: paper 002 on MPS, GPU shares on a fleet view (FGD and its baselines, fgd-mem);
 * ``spread/``: paper 000, Spread-n-Share by LLC ways and memory bandwidth (sns, sns-global,

@@ -44,7 +44,8 @@ _KEYS = ("makespan_s", "mean_wait_s", "mean_turnaround_s", "mean_slowdown", "thr
 
 @click.command("simulate")
 @click.option("--workload", "workload", default="phi-table1", show_default=True,
-              help="phi-table1, phi-uniform, phi-normal, phi-low-skew, phi-high-skew, sns-random "
+              help="phi-table1, phi-uniform, phi-normal, phi-low-skew, phi-high-skew, phi-diverse (device jobs "
+                   "of nine thread sizes from 4 to 240 and 200-3400 MB), sns-random "
                    "(paper 000: parallel CPU jobs, profile model, Xeon nodes; policies ce, cs, sns, "
                    "sns-global), hybrid-003 (paper 003: HPC and data-intensive jobs on 4, 8 or 16 nodes of "
                    "32 cores; policies vanilla, collocated, hybrid, koordinator, autopilot), overcommit-004 "

@@ -6,7 +6,8 @@ file) and what only the runtime model sees (exclusive run time, offload fraction
 offload count, see ``offload.py``; a parallel job's profile, see ``profile_model.py``).
 
 Built-in names (``load_workload``): ``phi-table1``, ``phi-uniform``, ``phi-normal``,
-``phi-low-skew``, ``phi-high-skew`` (device jobs of paper 002); ``sns-random`` (paper
+``phi-low-skew``, ``phi-high-skew`` (device jobs of paper 002), ``phi-diverse`` (device
+jobs of many shapes, ``diverse_jobs``); ``sns-random`` (paper
 000's Section 6.2 sequences of parallel CPU jobs, :func:`sns_random_jobs`); any other name
 is a path to a ``.swf`` or ``.yaml`` file (device jobs).
 
@@ -246,6 +247,27 @@ def distribution_jobs(distribution: str, n: int, seed: int) -> tuple[SimJob, ...
     return tuple(jobs)
 
 
+#: Thread requests of the shape-diverse queue (``scripts/bench_plan``'s ``diverse``): small
+#: offloads that fill a device's gaps beside the Phi-wide ones of Table I.
+DIVERSE_THREADS = (4, 8, 16, 30, 60, 90, 120, 180, 240)
+DIVERSE_MIN_MEMORY_MB, DIVERSE_MAX_MEMORY_MB = 200, 3400
+
+
+def diverse_jobs(n: int, seed: int) -> tuple[SimJob, ...]:
+    """``n`` jobs of the shape-diverse queue: threads uniform over ``DIVERSE_THREADS``, device
+    memory uniform over 200..3400 MB in 50 MB steps (the two drawn apart, as ``bench_plan``
+    draws them), run time growing with the memory's place in its range (``runtime_for_size``)."""
+    rng = random.Random(seed)
+    steps = (DIVERSE_MAX_MEMORY_MB - DIVERSE_MIN_MEMORY_MB) // MEMORY_STEP_MB
+    jobs = []
+    for i in range(n):
+        step = rng.randrange(steps + 1)
+        threads = DIVERSE_THREADS[rng.randrange(len(DIVERSE_THREADS))]
+        jobs.append(SimJob(i, "synthetic-diverse", DIVERSE_MIN_MEMORY_MB + step * MEMORY_STEP_MB, threads,
+                           runtime_for_size(step / steps), offloads=SYNTHETIC_OFFLOADS))
+    return tuple(jobs)
+
+
 # --- Standard Workload Format -------------------------------------------------------------
 
 SWF_FIELDS = ("job_number", "submit_time", "wait_time", "run_time", "allocated_processors",
@@ -455,6 +477,7 @@ def sns_random_jobs(n: int, seed: int, store: ProfileStore | None = None) -> tup
 BUILTIN: dict[str, Callable[[int, int], tuple[SimJob, ...]]] = {
     "phi-table1": table1_jobs,
     **{f"phi-{d}": (lambda n, seed, d=d: distribution_jobs(d, n, seed)) for d in DISTRIBUTIONS},
+    "phi-diverse": diverse_jobs,
     "sns-random": sns_random_jobs,
 }
 #: Built-in workloads of parallel CPU jobs (run with the profile model on Xeon nodes).

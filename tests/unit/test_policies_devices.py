@@ -12,7 +12,7 @@ from condor_sched.model import Job, JobKey, JobStatus, Resources, Slot, SlotKind
 from condor_sched.modes.planning import PlanSettings
 from condor_sched.modes.registry import get_policy, policy_names
 
-DEVICE_POLICIES = ["knapsack", "global", "exclusive", "random", "lp-pack"]
+DEVICE_POLICIES = ["knapsack", "global", "exclusive", "random", "lp-pack", "even-drain"]
 
 
 def job(i: int, mem: int, threads: int, cpus: int = 1, host_mb: int = 100, status=JobStatus.IDLE) -> Job:

@@ -14,7 +14,8 @@ from condor_sched.simulate.command import simulate_command
 from condor_sched.simulate.engine import phi_inventory, simulate
 from condor_sched.simulate.metrics import run_metrics
 from condor_sched.simulate.workloads import (
-    SimJob, WorkloadError, distribution_jobs, level_request, load_workload, read_swf, read_yaml, table1_jobs,
+    DIVERSE_THREADS, SimJob, WorkloadError, distribution_jobs, diverse_jobs, level_request, load_workload, read_swf,
+    read_yaml, table1_jobs,
 )
 
 
@@ -192,6 +193,17 @@ def test_resource_levels_set_memory_and_threads_together():
     high = distribution_jobs("high-skew", 400, 1)
     assert sum(j.device_memory_mb for j in low) < sum(j.device_memory_mb for j in high)
     assert all(300 <= j.device_memory_mb <= 3400 and j.device_threads in (60, 120, 180, 240) for j in low + high)
+
+
+def test_diverse_generator_draws_every_thread_size_and_memory_step_and_runs_bigger_jobs_longer():
+    jobs = load_workload("phi-diverse", 2000, 5).jobs
+    assert jobs == diverse_jobs(2000, 5) and diverse_jobs(40, 5) == jobs[:40]
+    assert {j.device_threads for j in jobs} == set(DIVERSE_THREADS)
+    assert {j.device_memory_mb for j in jobs} == set(range(200, 3401, 50))
+    small = [j.exclusive_runtime_s for j in jobs if j.device_memory_mb == 200]
+    large = [j.exclusive_runtime_s for j in jobs if j.device_memory_mb == 3400]
+    assert max(small) < min(large)
+    assert diverse_jobs(100, 6) != diverse_jobs(100, 5)
 
 
 SWF = """; Version: 2.2

@@ -13,6 +13,7 @@ from condor_sched.device_kinds import DEFAULT_KIND
 from condor_sched.model import Job, JobKey, Plan, Slot, SlotKind
 from condor_sched.modes.devices.bounded import BOUNDED_POLICIES, bounded_run
 from condor_sched.modes.devices.capacity import compute_overcommit
+from condor_sched.modes.devices.even_drain import EvenDrainPolicy
 from condor_sched.modes.devices.exclusive import ExclusivePolicy
 from condor_sched.modes.devices.global_cpsat import GlobalPolicy
 from condor_sched.modes.devices.knapsack import KnapsackPolicy
@@ -30,7 +31,8 @@ class DeviceMode(SlotMode):
     name = "devices"
     paper = "paper 002 (Section IV-C, Eq. 1, Fig. 4): device knapsack packing"
     planners = {"knapsack": KnapsackPolicy, "global": GlobalPolicy, "lp-pack": LpPackPolicy,
-                "thread-fill": ThreadFillPolicy, "random": RandomPolicy, "exclusive": ExclusivePolicy}
+                "thread-fill": ThreadFillPolicy, "random": RandomPolicy, "exclusive": ExclusivePolicy,
+                "even-drain": EvenDrainPolicy}
     default_planner = "knapsack"
     policy_kind = PolicyKind.DEVICE
     knob = "COSCHED_POLICY"
