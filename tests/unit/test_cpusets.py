@@ -30,6 +30,7 @@ from cosched_node import startd_cron as cron
 from test_node_harness import (HOOKS, IS_ROOT, SYSTEM_PYTHON, FakeView, Starters, go, make_agent, slot_ad, wait_for,
                                write_config)
 
+pytestmark = pytest.mark.usefixtures("fake_pids_are_not_ours")
 JOB_UID = 2001
 HOOK_ARGV = [SYSTEM_PYTHON, "-Es", str(HOOKS / "cosched_prepare_job.py")]
 STARTER_CGROUP = "/system.slice/condor.service"

@@ -24,6 +24,9 @@ from test_node_harness import FakeView, device_ad
 from condor_sched.model import Resources
 
 
+pytestmark = pytest.mark.usefixtures("fake_pids_are_not_ours")
+
+
 def device_slot(hardware_threads: int, per_core: int, memory_mb: int) -> SlotConfig:
     kind = DeviceKindConfig("phi" if per_core == 4 else "dummy", "PhiMemory", "PhiThreads", "PhiDeviceName",
                             per_core, (), cpu_offset=1 if per_core == 4 else 0)

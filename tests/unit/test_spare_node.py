@@ -20,6 +20,7 @@ from cosched_node.spare_duty import (FLOOR_SHARE, MB, SPARE_INTERVAL_S, NodeLimi
 from test_node_harness import FakeView, slot_ad, write_config
 from test_startd_config import _policy, starts, vacated
 
+pytestmark = pytest.mark.usefixtures("fake_pids_are_not_ours")
 JOB_UID = 2001
 TICK = os.sysconf("SC_CLK_TCK")
 V2_FILES = {"cgroup.procs": "", "cgroup.subtree_control": "", "cpu.max": "max 100000", "cpu.weight": "100",
